@@ -1,0 +1,27 @@
+//! One error type for the whole core. The bindings map each kind to a Python exception.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreError {
+    /// A bad argument: wrong length, unknown name, misaligned buffer. Python sees `ValueError`.
+    InvalidArgument(String),
+    /// A dtype the core cannot reduce. Python sees `TypeError`.
+    UnsupportedDtype(String),
+    /// MPI (or the in-process transport) failed, or MPI is not usable. Python sees `RingletError`.
+    Communication(String),
+}
+
+impl fmt::Display for CoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoreError::InvalidArgument(msg)
+            | CoreError::UnsupportedDtype(msg)
+            | CoreError::Communication(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for CoreError {}
+
+pub type Result<T> = std::result::Result<T, CoreError>;

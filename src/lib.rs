@@ -1,0 +1,17 @@
+//! ringlet's core: allreduce schedules over MPI point-to-point, for data-parallel training.
+//!
+//! Layers, bottom up (each file says more):
+//! - [`transport`]: byte messages between ranks; over MPI, or threads in one process for tests.
+//! - [`kernels`]: element-wise reductions per dtype and op.
+//! - [`schedules`]: the algorithms (ring, halving-doubling, recursive doubling, native MPI).
+//! - [`runtime`]: process-wide MPI state (init, ringlet's communicator, finalize).
+//! - `bindings`: the thin pyo3 module `ringlet._core`.
+
+pub mod dtype;
+pub mod error;
+pub mod kernels;
+pub mod runtime;
+pub mod schedules;
+pub mod transport;
+
+mod bindings;

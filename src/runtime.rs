@@ -1,0 +1,164 @@
+//! Process-wide MPI state behind the Python API: who initialized MPI, ringlet's communicator,
+//! and finalization. MPI is finalized only if ringlet initialized it, and only after ringlet's
+//! communicator is freed (freeing after MPI_Finalize aborts the process).
+
+use crate::error::{CoreError, Result};
+use crate::transport::mpi::{check, MpiTransport};
+use mpi::environment::Universe;
+use mpi::ffi;
+use mpi::Threading;
+use std::sync::{Mutex, MutexGuard};
+
+struct State {
+    /// Present when ringlet called MPI_Init_thread; dropping it calls MPI_Finalize.
+    universe: Option<Universe>,
+    /// ringlet's duplicate communicator; `None` before `init` and after `shutdown`.
+    transport: Option<MpiTransport>,
+    threading: Threading,
+}
+
+// SAFETY: `Universe` holds no thread-bound state (an optional attached buffer); it is only
+// touched under the mutex, and dropping it (MPI_Finalize) happens in `finalize` under the mutex.
+unsafe impl Send for State {}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    universe: None,
+    transport: None,
+    threading: Threading::Single,
+});
+
+fn state() -> MutexGuard<'static, State> {
+    // A panic while holding the lock is caught at the binding edge; the state stays consistent
+    // because every mutation is a single assignment.
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Debug, Clone)]
+pub struct InitInfo {
+    /// ringlet called MPI_Init_thread (and will call MPI_Finalize at exit).
+    pub owns_mpi: bool,
+    /// The thread level MPI granted: "single", "funneled", "serialized" or "multiple".
+    pub thread_level: &'static str,
+}
+
+fn level_name(threading: Threading) -> &'static str {
+    match threading {
+        Threading::Single => "single",
+        Threading::Funneled => "funneled",
+        Threading::Serialized => "serialized",
+        Threading::Multiple => "multiple",
+    }
+}
+
+/// Where ringlet's communicator comes from.
+pub enum Parent {
+    World,
+    /// A Fortran handle (`MPI_Comm_c2f`), which is how mpi4py hands out communicators portably
+    /// across MPI libraries (`Comm.py2f()`).
+    Fortran(i64),
+}
+
+/// Initialize MPI if nobody has (asking for MPI_THREAD_MULTIPLE) and set up ringlet's
+/// communicator as a duplicate of `parent`. With `Parent::World` and a communicator already set
+/// up, this does nothing; with a user's communicator it replaces the current one.
+pub fn init(parent: Parent) -> Result<InitInfo> {
+    let mut state = state();
+    if mpi::is_finalized() {
+        return Err(CoreError::Communication(
+            "MPI has already been finalized in this process; it cannot be started again".into(),
+        ));
+    }
+    if state.universe.is_none() {
+        match mpi::initialize_with_threading(Threading::Multiple) {
+            Some((universe, granted)) => {
+                state.universe = Some(universe);
+                state.threading = granted;
+            }
+            None => state.threading = mpi::environment::threading_support(),
+        }
+    }
+    let replace = matches!(parent, Parent::Fortran(_)) || state.transport.is_none();
+    if replace {
+        // SAFETY: reading the predefined COMM_WORLD handle, or converting a Fortran handle; the
+        // Python layer passes only `py2f()` of a live mpi4py communicator.
+        let handle = unsafe {
+            match parent {
+                Parent::World => ffi::RSMPI_COMM_WORLD,
+                Parent::Fortran(fortran) => {
+                    let fint = ffi::RSMPI_Fint::try_from(fortran).map_err(|_| {
+                        CoreError::InvalidArgument(format!("{fortran} is not a Fortran handle"))
+                    })?;
+                    ffi::RSMPI_Comm_f2c(fint)
+                }
+            }
+        };
+        if handle == unsafe_comm_null() {
+            return Err(CoreError::InvalidArgument(
+                "the communicator is MPI_COMM_NULL".into(),
+            ));
+        }
+        // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
+        let transport = unsafe { MpiTransport::duplicate(handle)? };
+        state.transport = Some(transport);
+    }
+    Ok(InitInfo {
+        owns_mpi: state.universe.is_some(),
+        thread_level: level_name(state.threading),
+    })
+}
+
+fn unsafe_comm_null() -> ffi::MPI_Comm {
+    // SAFETY: reading a predefined handle constant.
+    unsafe { ffi::RSMPI_COMM_NULL }
+}
+
+pub fn is_initialized() -> bool {
+    state().transport.is_some()
+}
+
+/// Run `f` with ringlet's communicator; calls from several threads are serialized here.
+pub fn with_transport<R>(f: impl FnOnce(&MpiTransport) -> Result<R>) -> Result<R> {
+    let state = state();
+    let transport = state.transport.as_ref().ok_or_else(|| {
+        CoreError::Communication("ringlet is not initialized: call ringlet.init() first".into())
+    })?;
+    f(transport)
+}
+
+/// Free ringlet's communicator. MPI itself stays up (it cannot be restarted), so `init` may
+/// be called again.
+pub fn shutdown() {
+    state().transport = None;
+}
+
+/// At interpreter exit: free the communicator, then finalize MPI if ringlet started it.
+/// Returns whether MPI_Finalize was called.
+pub fn finalize() -> bool {
+    let mut state = state();
+    state.transport = None;
+    match state.universe.take() {
+        Some(universe) if !mpi::is_finalized() => {
+            drop(universe);
+            true
+        }
+        Some(universe) => {
+            // Someone else finalized already; dropping would finalize twice.
+            std::mem::forget(universe);
+            false
+        }
+        None => false,
+    }
+}
+
+/// The MPI library's own description of itself, e.g. "Open MPI v4.1.4, ...".
+pub fn library_version() -> Result<String> {
+    let mut text = vec![0u8; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len = 0;
+    // SAFETY: `text` has room for MPI_MAX_LIBRARY_VERSION_STRING bytes; callable before init.
+    let code = unsafe { ffi::MPI_Get_library_version(text.as_mut_ptr().cast(), &mut len) };
+    check(code, "MPI_Get_library_version")?;
+    text.truncate(len.max(0) as usize);
+    Ok(String::from_utf8_lossy(&text).trim_end().to_string())
+}

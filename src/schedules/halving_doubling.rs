@@ -1,0 +1,138 @@
+//! Rabenseifner's allreduce: reduce-scatter by recursive halving, then allgather by recursive
+//! doubling, over the largest power of two p' ≤ N ranks.
+//!
+//! Non-power-of-two N uses MPICH's fold: with r = N - p', each even rank below 2r sends its
+//! vector to the odd rank above it and sits out; the odd rank combines the two. After the
+//! core, the odd ranks send the result back (the "13-process example" of seed 003).
+//! The fold's vector travels as two half messages, so scratch stays at m/2.
+//!
+//! Rounds per rank: 2·log2(p') in the core, plus one fold step in and one out for the 2r ranks
+//! that fold. Scratch: the larger half of the blocks, at most ⌈count/2⌉ + p'/4 elements.
+
+use super::blocks::{split_pair, Blocks};
+use super::scratch::Scratch;
+use super::{largest_power_of_two, Reduction, Schedule};
+use crate::error::Result;
+use crate::transport::Transport;
+use std::ops::Range;
+
+pub struct HalvingDoubling;
+
+/// Where a rank stands in the folded group.
+pub(crate) enum Role {
+    /// Even rank below 2r: hands its data to `partner` and waits for the result.
+    Folded { partner: usize },
+    /// Takes part in the power-of-two core as `core_rank`; `absorbs` the folded rank, if any.
+    Core {
+        core_rank: usize,
+        absorbs: Option<usize>,
+    },
+}
+
+impl Role {
+    pub(crate) fn of(rank: usize, size: usize) -> Role {
+        let remainder = size - largest_power_of_two(size);
+        if rank < 2 * remainder {
+            if rank % 2 == 0 {
+                Role::Folded { partner: rank + 1 }
+            } else {
+                Role::Core {
+                    core_rank: rank / 2,
+                    absorbs: Some(rank - 1),
+                }
+            }
+        } else {
+            Role::Core {
+                core_rank: rank - remainder,
+                absorbs: None,
+            }
+        }
+    }
+}
+
+/// The real rank of core rank `core_rank` in a group of `size`.
+pub(crate) fn real_rank(core_rank: usize, size: usize) -> usize {
+    let remainder = size - largest_power_of_two(size);
+    if core_rank < remainder {
+        2 * core_rank + 1
+    } else {
+        core_rank + remainder
+    }
+}
+
+/// The fold's two halves, cut at an element boundary.
+fn fold_halves(len: usize, elem: usize) -> [Range<usize>; 2] {
+    let mid = (len / elem).div_ceil(2) * elem;
+    [0..mid, mid..len]
+}
+
+impl Schedule for HalvingDoubling {
+    fn name(&self) -> &'static str {
+        "halving_doubling"
+    }
+
+    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
+        let (n, rank) = (transport.size(), transport.rank());
+        if n == 1 {
+            return Ok(());
+        }
+        let elem = reduction.elem_size();
+        let count = buf.len() / elem;
+        let pof2 = largest_power_of_two(n);
+        let blocks = Blocks::new(count, pof2, elem);
+        // The first halving step receives the larger half (the lower blocks hold the extra
+        // elements); the fold's halves are no larger.
+        let mut scratch = Scratch::new(blocks.span(0..pof2 / 2).len());
+
+        match Role::of(rank, n) {
+            Role::Folded { partner } => {
+                for half in fold_halves(buf.len(), elem) {
+                    transport.isend(&buf[half], partner)?.wait()?;
+                }
+                transport.irecv(buf, partner)?.wait()
+            }
+            Role::Core { core_rank, absorbs } => {
+                if let Some(folded) = absorbs {
+                    for half in fold_halves(buf.len(), elem) {
+                        let incoming = scratch.bytes(half.len())?;
+                        transport.irecv(incoming, folded)?.wait()?;
+                        reduction.combine(&mut buf[half], incoming)?;
+                    }
+                }
+                let mut held = 0..pof2; // block indices this rank is responsible for
+                let mut exchanges = Vec::new(); // (partner, kept, given) per halving step
+
+                let mut mask = 1;
+                while mask < pof2 {
+                    let partner = real_rank(core_rank ^ mask, n);
+                    let mid = held.start + (held.end - held.start) / 2;
+                    let (kept, given) = if core_rank & mask == 0 {
+                        (held.start..mid, mid..held.end)
+                    } else {
+                        (mid..held.end, held.start..mid)
+                    };
+                    let (send, recv) = (blocks.span(given.clone()), blocks.span(kept.clone()));
+                    let incoming = scratch.bytes(recv.len())?;
+                    transport.sendrecv(&buf[send], partner, incoming, partner)?;
+                    reduction.combine(&mut buf[recv], incoming)?;
+                    exchanges.push((partner, kept.clone(), given));
+                    held = kept;
+                    mask <<= 1;
+                }
+                drop(scratch);
+
+                // Undo the halvings in reverse: give what we finished, take what the partner did.
+                for (partner, kept, given) in exchanges.into_iter().rev() {
+                    let (outgoing, incoming) =
+                        split_pair(buf, blocks.span(kept), blocks.span(given))?;
+                    transport.sendrecv(outgoing, partner, incoming, partner)?;
+                }
+
+                if let Some(folded) = absorbs {
+                    transport.isend(buf, folded)?.wait()?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

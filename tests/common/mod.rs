@@ -1,0 +1,146 @@
+//! Shared helpers for the schedule tests: run a group of ranks as threads, build inputs whose
+//! reductions are exact in every dtype, and compute the reference independently of the core.
+
+#![allow(dead_code)]
+
+use _core::dtype::{DType, ReduceOp};
+use _core::schedules::{self, scratch, Schedule};
+use _core::transport::local::LocalTransport;
+use _core::transport::Transport;
+
+/// What one rank saw of a run.
+pub struct RankOutcome {
+    pub result: Vec<u8>,
+    pub bytes_sent: usize,
+    pub messages_sent: usize,
+    pub largest_message: usize,
+    pub peak_scratch: usize,
+    pub unreceived: usize,
+}
+
+/// Run `schedule` on `inputs[r]` at rank r, each rank in its own thread.
+pub fn run_group(
+    schedule: &dyn Schedule,
+    inputs: Vec<Vec<u8>>,
+    dtype: DType,
+    op: ReduceOp,
+    max_message_bytes: usize,
+) -> Vec<RankOutcome> {
+    let transports = LocalTransport::group_with_limit(inputs.len(), max_message_bytes);
+    let outcomes: Vec<(Vec<u8>, LocalTransport, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = transports
+            .into_iter()
+            .zip(inputs)
+            .map(|(transport, input)| {
+                scope.spawn(move || {
+                    let mut buf = aligned_copy(&input, dtype.size());
+                    scratch::reset_peak();
+                    let result =
+                        schedules::allreduce(&transport, schedule, buf.as_mut_slice(), dtype, op);
+                    if let Err(e) = result {
+                        panic!("rank {} failed: {e}", transport.rank());
+                    }
+                    let peak = scratch::peak_bytes();
+                    (buf.as_slice().to_vec(), transport, peak)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a rank panicked"))
+            .collect()
+    });
+    // Count leftovers only after every rank finished sending.
+    outcomes
+        .into_iter()
+        .map(|(result, transport, peak_scratch)| RankOutcome {
+            result,
+            bytes_sent: transport.bytes_sent(),
+            messages_sent: transport.messages_sent(),
+            largest_message: transport.largest_message(),
+            peak_scratch,
+            unreceived: transport.unreceived_messages(),
+        })
+        .collect()
+}
+
+/// A byte buffer aligned to 8 (what NumPy guarantees for these dtypes).
+pub struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
+pub fn aligned_copy(bytes: &[u8], _elem: usize) -> AlignedBytes {
+    let mut out = AlignedBytes {
+        words: vec![0; bytes.len().div_ceil(8)],
+        len: bytes.len(),
+    };
+    out.as_mut_slice().copy_from_slice(bytes);
+    out
+}
+
+/// Small integers, so that every reduction of up to 32 ranks is exact in every dtype:
+/// sums stay below 256 (bfloat16's exact range), products are at most 2^3.
+pub fn exact_value(rank: usize, index: usize, op: ReduceOp) -> f64 {
+    match op {
+        ReduceOp::Prod => {
+            if (rank * 7 + index) % 11 == 0 && rank < 3 {
+                2.0
+            } else {
+                1.0
+            }
+        }
+        _ => ((rank * 5 + index * 3) % 7) as f64 + if rank % 3 == 1 { -2.0 } else { 0.0 },
+    }
+}
+
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_ne_bytes()),
+            DType::F64 => out.extend_from_slice(&v.to_ne_bytes()),
+            DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::I32 => out.extend_from_slice(&(v as i32).to_ne_bytes()),
+            DType::I64 => out.extend_from_slice(&(v as i64).to_ne_bytes()),
+        }
+    }
+    out
+}
+
+/// The reduction of exact inputs, computed in f64 and converted once.
+pub fn reference(dtype: DType, op: ReduceOp, per_rank: &[Vec<f64>]) -> Vec<u8> {
+    let n = per_rank.len();
+    let count = per_rank.first().map_or(0, Vec::len);
+    let values: Vec<f64> = (0..count)
+        .map(|i| {
+            let column = per_rank.iter().map(|r| r[i]);
+            match op {
+                ReduceOp::Sum => column.sum(),
+                ReduceOp::Avg => {
+                    let sum: f64 = column.sum();
+                    match dtype {
+                        // avg divides in the dtype (16-bit floats in f32), like NumPy's sum / n.
+                        DType::F32 | DType::F16 | DType::BF16 => f64::from(sum as f32 / n as f32),
+                        DType::F64 => sum / n as f64,
+                        DType::I32 | DType::I64 => (sum as i64 / n as i64) as f64,
+                    }
+                }
+                ReduceOp::Prod => column.product(),
+                ReduceOp::Min => column.fold(f64::INFINITY, f64::min),
+                ReduceOp::Max => column.fold(f64::NEG_INFINITY, f64::max),
+            }
+        })
+        .collect();
+    encode(dtype, &values)
+}

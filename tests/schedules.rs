@@ -1,0 +1,276 @@
+//! Every schedule on the in-process transport: exact results at many rank counts, identical
+//! bytes on every rank, exact traffic, bounded scratch, and message splitting.
+
+mod common;
+
+use _core::dtype::{DType, ReduceOp};
+use _core::schedules::halving_doubling::HalvingDoubling;
+use _core::schedules::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
+use _core::schedules::ring::Ring;
+use _core::schedules::Schedule;
+use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
+use common::*;
+
+const RANK_COUNTS: [usize; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 32,
+];
+
+fn counts_for(n: usize) -> Vec<usize> {
+    let mut counts = vec![0, 1, n.saturating_sub(1), n, n + 1, 1000, 65537];
+    counts.dedup();
+    counts
+}
+
+fn check_exact(schedule: &dyn Schedule, n: usize, count: usize, dtype: DType, op: ReduceOp) {
+    let per_rank: Vec<Vec<f64>> = (0..n)
+        .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
+        .collect();
+    let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
+    let expected = reference(dtype, op, &per_rank);
+    let outcomes = run_group(schedule, inputs, dtype, op, DEFAULT_MAX_MESSAGE_BYTES);
+    for (rank, outcome) in outcomes.iter().enumerate() {
+        assert!(
+            outcome.result == expected,
+            "{} N={n} count={count} {} {}: rank {rank} differs from the reference",
+            schedule.name(),
+            dtype.name(),
+            op.name()
+        );
+        assert_eq!(
+            outcome.unreceived,
+            0,
+            "{} N={n}: messages left unreceived",
+            schedule.name()
+        );
+    }
+}
+
+fn exhaustive(schedule: &dyn Schedule) {
+    for n in RANK_COUNTS {
+        for count in counts_for(n) {
+            for dtype in DType::ALL {
+                for op in ReduceOp::ALL {
+                    check_exact(schedule, n, count, dtype, op);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_is_exact_for_every_rank_count_count_dtype_and_op() {
+    exhaustive(&Ring);
+}
+
+#[test]
+fn halving_doubling_is_exact_for_every_rank_count_count_dtype_and_op() {
+    exhaustive(&HalvingDoubling);
+}
+
+#[test]
+fn recursive_doubling_is_exact_for_every_rank_count_count_dtype_and_op() {
+    exhaustive(&RecursiveDoubling);
+}
+
+/// Block sizes computed here, independently of the schedule's own partition.
+fn block_len(count: usize, n: usize, index: usize) -> usize {
+    count / n + usize::from(index < count % n)
+}
+
+#[test]
+fn ring_sends_two_m_minus_two_blocks_per_rank() {
+    // bytes sent by rank r = 2m - |block (r+1) mod N| - |block (r+2) mod N|,
+    // i.e. 2(N-1)/N·m when N divides the count (Patarasuk & Yuan, Lemma 5).
+    for n in [2usize, 3, 4, 5, 7, 8, 13] {
+        for count in [0usize, 1, n - 1, n, n + 1, 1000, 4096, 65537] {
+            let dtype = DType::F32;
+            let inputs = (0..n).map(|_| encode(dtype, &vec![1.0; count])).collect();
+            let outcomes = run_group(
+                &Ring,
+                inputs,
+                dtype,
+                ReduceOp::Sum,
+                DEFAULT_MAX_MESSAGE_BYTES,
+            );
+            let m = count * 4;
+            for (r, outcome) in outcomes.iter().enumerate() {
+                let expected = 2 * m
+                    - 4 * (block_len(count, n, (r + 1) % n) + block_len(count, n, (r + 2) % n));
+                assert_eq!(outcome.bytes_sent, expected, "N={n} count={count} rank {r}");
+                assert_eq!(outcome.messages_sent, 2 * (n - 1), "N={n}: 2(N-1) steps");
+                if count % n == 0 {
+                    assert_eq!(
+                        outcome.bytes_sent * n,
+                        2 * (n - 1) * m,
+                        "the lower bound exactly"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn halving_doubling_rounds_are_two_log2_p_plus_the_fold() {
+    for n in 2usize..=33 {
+        let pof2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let rem = n - pof2;
+        let log2 = pof2.trailing_zeros() as usize;
+        let inputs = (0..n).map(|_| encode(DType::F64, &[1.0; 100])).collect();
+        let outcomes = run_group(
+            &HalvingDoubling,
+            inputs,
+            DType::F64,
+            ReduceOp::Sum,
+            DEFAULT_MAX_MESSAGE_BYTES,
+        );
+        for (r, outcome) in outcomes.iter().enumerate() {
+            let expected = if r < 2 * rem && r % 2 == 0 {
+                2 // the fold's two halves; then it only receives the result
+            } else if r < 2 * rem {
+                2 * log2 + 1 // the core, then the result back to the folded rank
+            } else {
+                2 * log2
+            };
+            assert_eq!(outcome.messages_sent, expected, "N={n} rank {r}");
+        }
+    }
+}
+
+#[test]
+fn scratch_stays_within_each_algorithms_bound() {
+    for n in [2usize, 3, 4, 5, 8, 13, 16] {
+        for count in [1usize, 999, 65537, 300_001] {
+            for dtype in [DType::F32, DType::F16, DType::F64] {
+                let m = count * dtype.size();
+                let inputs: Vec<Vec<u8>> =
+                    (0..n).map(|_| encode(dtype, &vec![1.0; count])).collect();
+                let ring = run_group(
+                    &Ring,
+                    inputs.clone(),
+                    dtype,
+                    ReduceOp::Sum,
+                    DEFAULT_MAX_MESSAGE_BYTES,
+                );
+                let hd = run_group(
+                    &HalvingDoubling,
+                    inputs.clone(),
+                    dtype,
+                    ReduceOp::Sum,
+                    DEFAULT_MAX_MESSAGE_BYTES,
+                );
+                let rd = run_group(
+                    &RecursiveDoubling,
+                    inputs,
+                    dtype,
+                    ReduceOp::Sum,
+                    DEFAULT_MAX_MESSAGE_BYTES,
+                );
+                for r in 0..n {
+                    assert!(
+                        ring[r].peak_scratch <= count.div_ceil(n) * dtype.size(),
+                        "ring N={n} m={m}"
+                    );
+                    let pof2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+                    let hd_bound = (count.div_ceil(2) + pof2 / 4) * dtype.size();
+                    assert!(hd[r].peak_scratch <= hd_bound, "hd N={n} m={m}");
+                    assert!(rd[r].peak_scratch <= m.min(PIECE_BYTES), "rd N={n} m={m}");
+                    assert!(ring[r].peak_scratch < m && hd[r].peak_scratch < m || count == 1);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn long_messages_are_split_at_the_limit() {
+    // The path a message longer than i32::MAX bytes takes, at a testable size.
+    let limit = 64;
+    for schedule in [&Ring as &dyn Schedule, &HalvingDoubling, &RecursiveDoubling] {
+        for n in [2usize, 3, 5, 8] {
+            let count = 1001;
+            let per_rank: Vec<Vec<f64>> = (0..n)
+                .map(|r| {
+                    (0..count)
+                        .map(|i| exact_value(r, i, ReduceOp::Sum))
+                        .collect()
+                })
+                .collect();
+            let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
+            let inputs = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+            for outcome in run_group(schedule, inputs, DType::F32, ReduceOp::Sum, limit) {
+                assert!(outcome.result == expected, "{} N={n}", schedule.name());
+                assert!(outcome.largest_message <= limit && outcome.largest_message > 0);
+                assert_eq!(outcome.unreceived, 0);
+            }
+        }
+    }
+}
+
+/// A deterministic pseudo-random f32 stream (xorshift), so inexact sums test the ordering.
+fn noise(seed: u64, count: usize) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
+    for schedule in [&Ring as &dyn Schedule, &HalvingDoubling, &RecursiveDoubling] {
+        for n in [2usize, 3, 6, 7, 16] {
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Prod] {
+                    let inputs: Vec<Vec<u8>> = (0..n)
+                        .map(|r| encode(dtype, &noise(r as u64 + 1, 4099)))
+                        .collect();
+                    let first = run_group(
+                        schedule,
+                        inputs.clone(),
+                        dtype,
+                        op,
+                        DEFAULT_MAX_MESSAGE_BYTES,
+                    );
+                    let second = run_group(
+                        schedule,
+                        inputs.clone(),
+                        dtype,
+                        op,
+                        DEFAULT_MAX_MESSAGE_BYTES,
+                    );
+                    for r in 0..n {
+                        assert!(
+                            first[r].result == first[0].result,
+                            "{} N={n}: rank {r} differs",
+                            schedule.name()
+                        );
+                        assert!(
+                            second[r].result == first[0].result,
+                            "{} N={n}: run 2 differs",
+                            schedule.name()
+                        );
+                    }
+                    // And close to the true sum: a wrong block would be far off.
+                    if op == ReduceOp::Sum && dtype == DType::F32 {
+                        let got: &[f32] = bytemuck::cast_slice(&first[0].result);
+                        let truth: Vec<f64> = (0..4099)
+                            .map(|i| {
+                                (0..n)
+                                    .map(|r| noise(r as u64 + 1, 4099)[i] as f32 as f64)
+                                    .sum()
+                            })
+                            .collect();
+                        for (g, t) in got.iter().zip(&truth) {
+                            assert!((*g as f64 - t).abs() < 1e-4, "{} N={n}", schedule.name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
