@@ -1,0 +1,34 @@
+"""ringlet: bandwidth-optimal allreduce over MPI, with a Rust core, for data-parallel training.
+
+>>> import numpy as np, ringlet
+>>> grads = np.ones(1 << 20, dtype=np.float32)
+>>> ringlet.allreduce(grads, op="avg", out=grads)   # in place, on every rank
+
+Run under ``mpirun -n N python script.py`` (or ``srun``). See the README for the full API.
+"""
+
+from . import selector
+from ._allreduce import allreduce
+from ._core import RingletError
+from ._dtypes import OPS, SUPPORTED_DTYPES
+from ._runtime import barrier, init, is_initialized, owns_mpi, rank, shutdown, size, thread_level
+from .selector import ALGORITHMS
+
+__all__ = [
+    "ALGORITHMS",
+    "OPS",
+    "SUPPORTED_DTYPES",
+    "RingletError",
+    "allreduce",
+    "barrier",
+    "init",
+    "is_initialized",
+    "owns_mpi",
+    "rank",
+    "selector",
+    "shutdown",
+    "size",
+    "thread_level",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,29 @@
+"""Which NumPy dtypes and ops ringlet reduces, and the checks that say so clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+"""NumPy dtype names; bfloat16 is ``ml_dtypes.bfloat16``."""
+
+OPS = ("sum", "avg", "min", "max", "prod")
+SIXTEEN_BIT_FLOATS = ("float16", "bfloat16")
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The supported name of ``dtype``, or a TypeError that lists what is supported."""
+    name = dtype.name
+    # ml_dtypes' bfloat16 has kind "V"; every other supported dtype is a plain number type.
+    if name not in SUPPORTED_DTYPES or dtype.fields is not None:
+        raise TypeError(
+            f"ringlet cannot reduce dtype {dtype!s}; supported dtypes: "
+            f"{', '.join(SUPPORTED_DTYPES)} (bfloat16 from ml_dtypes)"
+        )
+    return name
+
+
+def check_op(op: str) -> str:
+    if not isinstance(op, str) or op not in OPS:
+        raise ValueError(f"unknown op {op!r}; accepted: {', '.join(map(repr, OPS))}")
+    return op

@@ -1,0 +1,97 @@
+"""Process-level state: MPI initialization, ringlet's communicator, rank and size."""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any
+
+from . import _core
+
+_finalizer_registered = False
+_user_comm: Any = None
+_thread_level: str | None = None
+_owns_mpi = False
+
+
+def _mpi4py_comm_handle(comm: Any) -> int:
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - mpi4py is in the test extras
+        raise TypeError(
+            "init(comm=...) takes an mpi4py communicator, but mpi4py is not installed "
+            "(pip install 'ringlet[mpi4py]')"
+        ) from exc
+    if not isinstance(comm, MPI.Intracomm):
+        raise TypeError(
+            f"init(comm=...) takes an mpi4py intra-communicator (e.g. MPI.COMM_WORLD or "
+            f"the result of Split), got {type(comm).__name__}"
+        )
+    if comm == MPI.COMM_NULL:
+        raise ValueError("init(comm=...) was given MPI.COMM_NULL")
+    return int(comm.py2f())
+
+
+def init(comm: Any = None) -> None:
+    """Initialize ringlet; every other function calls this implicitly.
+
+    Initializes MPI (asking for MPI_THREAD_MULTIPLE) unless something else, such as mpi4py,
+    already did, and duplicates ``comm`` (an mpi4py communicator; default MPI_COMM_WORLD) so that
+    ringlet's messages never mix with the caller's. Collective over ``comm``. Calling it again
+    with no communicator, or the same one, does nothing; MPI is finalized at exit only if ringlet
+    initialized it.
+    """
+    global _finalizer_registered, _user_comm, _thread_level, _owns_mpi
+    if comm is None:
+        if _core.is_initialized():
+            return
+        handle = None
+    else:
+        if _core.is_initialized() and comm is _user_comm:
+            return
+        handle = _mpi4py_comm_handle(comm)
+    if not _finalizer_registered:
+        atexit.register(_core.finalize)
+        _finalizer_registered = True
+    _owns_mpi, _thread_level = _core.init(handle)
+    _user_comm = comm
+
+
+def is_initialized() -> bool:
+    return _core.is_initialized()
+
+
+def shutdown() -> None:
+    """Free ringlet's communicator. MPI stays up (it cannot be restarted); init() works again."""
+    global _user_comm
+    _core.shutdown()
+    _user_comm = None
+
+
+def rank() -> int:
+    """This process's rank in ringlet's communicator."""
+    init()
+    return _core.rank()
+
+
+def size() -> int:
+    """The number of ranks in ringlet's communicator."""
+    init()
+    return _core.size()
+
+
+def barrier() -> None:
+    init()
+    _core.barrier()
+
+
+def thread_level() -> str:
+    """The MPI thread level granted: "single", "funneled", "serialized" or "multiple"."""
+    init()
+    assert _thread_level is not None
+    return _thread_level
+
+
+def owns_mpi() -> bool:
+    """Whether ringlet initialized MPI (and so finalizes it at exit)."""
+    init()
+    return _owns_mpi
