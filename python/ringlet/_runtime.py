@@ -21,13 +21,13 @@ def _mpi4py_comm_handle(comm: Any) -> int:
             "init(comm=...) takes an mpi4py communicator, but mpi4py is not installed "
             "(pip install 'ringlet[mpi4py]')"
         ) from exc
+    if isinstance(comm, MPI.Comm) and comm == MPI.COMM_NULL:
+        raise ValueError("init(comm=...) was given MPI.COMM_NULL")
     if not isinstance(comm, MPI.Intracomm):
         raise TypeError(
             f"init(comm=...) takes an mpi4py intra-communicator (e.g. MPI.COMM_WORLD or "
             f"the result of Split), got {type(comm).__name__}"
         )
-    if comm == MPI.COMM_NULL:
-        raise ValueError("init(comm=...) was given MPI.COMM_NULL")
     return int(comm.py2f())
 
 

@@ -280,6 +280,10 @@ impl Transport for MpiTransport {
             (datatype, mpi_op)
         };
         let comm = self.raw()?;
+        if buf.is_empty() {
+            // Nothing to reduce; an empty slice's dangling pointer can even equal MPI_IN_PLACE.
+            return Ok(());
+        }
         let elem = dtype.size();
         for piece in message_pieces(buf.len(), self.max_message_bytes(), elem) {
             let count = (piece.len() / elem) as c_int;

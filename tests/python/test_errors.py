@@ -1,0 +1,142 @@
+"""Bad input: a clear exception of the documented type, and the input left unchanged.
+
+Every check happens before any communication, on every rank alike, so no rank is left waiting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ringlet
+from ringlet import _core
+
+
+def test_unsupported_dtypes_raise_type_error_listing_the_supported_ones():
+    for bad in [
+        np.zeros(3, dtype=np.complex64),
+        np.zeros(3, dtype=bool),
+        np.zeros(3, dtype=np.uint8),
+        np.zeros(3, dtype=np.int16),
+        np.array(["a", "b"]),
+        np.array([object(), object()]),
+        np.zeros(3, dtype=[("a", np.float32)]),
+    ]:
+        with pytest.raises(TypeError, match=r"supported dtypes: float32, float64, float16"):
+            ringlet.allreduce(bad)
+
+
+def test_non_arrays_raise_type_error():
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        ringlet.allreduce([1.0, 2.0])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("op", ["mean", "SUM", "", None, 3])
+def test_unknown_op_raises_value_error(op):
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"unknown op .*accepted: 'sum', 'avg', 'min'"):
+        ringlet.allreduce(x, op, out=x)
+    assert (x == 1).all()
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "Ring", "", None])
+def test_unknown_algorithm_raises_value_error(algorithm):
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"unknown algorithm .*accepted: 'auto', 'ring'"):
+        ringlet.allreduce(x, algorithm=algorithm, out=x)
+    assert (x == 1).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mpi_algorithm_refuses_sixteen_bit_floats(dtype):
+    from conftest import np_dtype
+
+    x = np.ones(4, dtype=np_dtype(dtype))
+    with pytest.raises(ValueError, match="MPI has no 16-bit float type"):
+        ringlet.allreduce(x, algorithm="mpi", out=x)
+    assert (x == 1).all()
+
+
+def test_in_place_on_read_only_array_says_so():
+    x = np.ones(8, dtype=np.float64)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="in-place allreduce .* read-only"):
+        ringlet.allreduce(x, out=x)
+    assert (x == 1).all()
+
+
+def test_in_place_on_non_contiguous_view_says_so():
+    base = np.ones(16, dtype=np.float32)
+    view = base[::2]
+    with pytest.raises(ValueError, match="in-place allreduce .* not C-contiguous"):
+        ringlet.allreduce(view, out=view)
+    assert (base == 1).all()
+
+
+def test_in_place_on_foreign_byte_order_says_so():
+    x = np.ones(4, dtype=">f4")
+    with pytest.raises(ValueError, match="byte order"):
+        ringlet.allreduce(x, out=x)
+
+
+def test_out_of_place_accepts_foreign_byte_order(size):
+    x = np.arange(4, dtype=">f4")
+    result = ringlet.allreduce(x)
+    assert result.dtype.isnative and np.array_equal(result, np.arange(4) * size)
+
+
+@pytest.mark.parametrize(
+    "out",
+    [
+        np.empty(5, dtype=np.float32),
+        np.empty((2, 2), dtype=np.float32),
+        np.empty(4, dtype=np.float64),
+    ],
+)
+def test_out_of_wrong_shape_or_dtype_raises_value_error(out):
+    x = np.ones(4, dtype=np.float32)
+    out[...] = 7
+    with pytest.raises(ValueError, match="out must have x's dtype and shape"):
+        ringlet.allreduce(x, out=out)
+    assert (out == 7).all() and (x == 1).all()
+
+
+def test_out_that_is_not_an_array_raises_value_error():
+    with pytest.raises(ValueError, match="out must be a numpy.ndarray"):
+        ringlet.allreduce(np.ones(3, dtype=np.float32), out=[0, 0, 0])  # type: ignore[arg-type]
+
+
+def test_out_partly_overlapping_x_raises_value_error():
+    base = np.arange(10, dtype=np.float64)
+    with pytest.raises(ValueError, match="overlaps x"):
+        ringlet.allreduce(base[:6], out=base[4:])
+    assert np.array_equal(base, np.arange(10))
+
+
+def test_non_contiguous_out_raises_value_error():
+    out = np.zeros(8, dtype=np.float32)[::2]
+    with pytest.raises(ValueError, match="out needs a C-contiguous"):
+        ringlet.allreduce(np.ones(4, dtype=np.float32), out=out)
+
+
+def test_the_core_rejects_bad_names_itself():
+    """The bindings validate too, so a caller that skips the Python layer still gets errors."""
+    buf = np.zeros(8, dtype=np.uint8)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        _core.allreduce(buf, "complex64", "sum", "ring")
+    with pytest.raises(ValueError, match="unknown op"):
+        _core.allreduce(buf, "float32", "mean", "ring")
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        _core.allreduce(buf, "float32", "sum", "tree")
+    with pytest.raises(ValueError, match="multiple of 4 bytes"):
+        _core.allreduce(np.zeros(7, dtype=np.uint8), "float32", "sum", "ring")
+    with pytest.raises(ValueError, match="aligned"):
+        _core.allreduce(np.zeros(9, dtype=np.uint8)[1:], "float64", "sum", "ring")
+
+
+def test_errors_are_exceptions_not_panics():
+    """RingletError is a RuntimeError; nothing raised here is a BaseException-only panic."""
+    assert issubclass(ringlet.RingletError, RuntimeError)
+    with pytest.raises(Exception) as info:
+        _core.allreduce(np.zeros(7, dtype=np.uint8), "float32", "sum", "ring")
+    assert isinstance(info.value, Exception)

@@ -1,0 +1,92 @@
+"""init / shutdown / rank / size, and interplay with mpi4py communicators."""
+
+from __future__ import annotations
+
+import numpy as np
+from conftest import exact_input, reference
+from mpi4py import MPI
+
+import ringlet
+
+
+def test_rank_and_size_match_mpi4py(rank, size):
+    assert ringlet.rank() == rank and ringlet.size() == size
+    assert ringlet.is_initialized()
+
+
+def test_mpi4py_initialized_mpi_so_ringlet_does_not_own_it():
+    # The test processes import mpi4py first: ringlet must neither re-init nor finalize MPI.
+    assert ringlet.owns_mpi() is False
+    assert ringlet.thread_level() in ("single", "funneled", "serialized", "multiple")
+    assert ringlet.thread_level() == {
+        MPI.THREAD_SINGLE: "single",
+        MPI.THREAD_FUNNELED: "funneled",
+        MPI.THREAD_SERIALIZED: "serialized",
+        MPI.THREAD_MULTIPLE: "multiple",
+    }[MPI.Query_thread()]
+
+
+def test_init_twice_is_harmless(rank, size):
+    ringlet.init()
+    ringlet.init()
+    assert ringlet.allreduce(np.ones(3, dtype=np.int32))[0] == size
+
+
+def test_init_with_an_mpi4py_communicator_duplicates_it(comm, rank, size):
+    try:
+        ringlet.init(comm)
+        ringlet.init(comm)  # the same communicator again: nothing to do
+        assert ringlet.rank() == rank and ringlet.size() == size
+        # ringlet's traffic runs on its own duplicate: a pending user message is untouched.
+        if size > 1:
+            request = comm.isend(("user", rank), dest=(rank + 1) % size, tag=0)
+        total = ringlet.allreduce(np.full(10, rank, dtype=np.int64), "sum")
+        assert (total == size * (size - 1) // 2).all()
+        if size > 1:
+            assert comm.recv(source=(rank - 1) % size, tag=0) == ("user", (rank - 1) % size)
+            request.wait()
+    finally:
+        ringlet.shutdown()
+        ringlet.init()
+
+
+def test_init_with_a_split_communicator(comm, rank, size):
+    color = rank % 2
+    sub = comm.Split(color, key=rank)
+    try:
+        ringlet.init(sub)
+        assert ringlet.size() == sub.Get_size() and ringlet.rank() == sub.Get_rank()
+        members = [r for r in range(size) if r % 2 == color]
+        inputs = {r: exact_input(17, r, (513,), "float32", "sum") for r in members}
+        result = ringlet.allreduce(inputs[rank], "sum", algorithm="ring")
+        assert result.tobytes() == reference([inputs[r] for r in members], "sum").tobytes()
+    finally:
+        ringlet.shutdown()
+        sub.Free()
+        ringlet.init()
+    assert ringlet.size() == size
+
+
+def test_shutdown_then_implicit_init(size):
+    ringlet.shutdown()
+    assert not ringlet.is_initialized()
+    # Every API function initializes on demand.
+    assert ringlet.allreduce(np.ones(2, dtype=np.float64))[0] == size
+    assert ringlet.is_initialized()
+
+
+def test_init_rejects_things_that_are_not_communicators():
+    import pytest
+
+    with pytest.raises(TypeError, match="mpi4py intra-communicator"):
+        ringlet.init(comm="world")
+    with pytest.raises(ValueError, match="COMM_NULL"):
+        ringlet.init(comm=MPI.COMM_NULL)
+
+
+def test_barrier_and_mpi_interleave_with_ringlet(comm, size):
+    for i in range(20):
+        ringlet.barrier()
+        native = comm.allreduce(i, op=MPI.SUM)
+        ours = ringlet.allreduce(np.array([i], dtype=np.int64))[0]
+        assert native == ours == i * size
