@@ -14,7 +14,7 @@ TEST_SIZES ?= 1 2 3 4 5 8
 STAMPS := build/stamps
 RUST_SOURCES := $(shell find src -name '*.rs' -o -name '*.c') Cargo.toml build.rs
 
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 # Open MPI refuses root and more ranks than cores unless told; harmless for MPICH.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
@@ -52,7 +52,7 @@ test-rust: $(STAMPS)/system
 	cargo test
 
 lint: setup
-	$(VENV)/bin/ruff check python tests examples benchmarks
+	$(VENV)/bin/ruff check python tests examples $(wildcard benchmarks/*.py)
 
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --sizes $(TEST_SIZES) -q --color=no tests/python

@@ -28,7 +28,7 @@ def main() -> int:
     report_dir = Path(os.environ.get("RINGLET_TEST_REPORTS", "build/test-reports"))
     report_dir.mkdir(parents=True, exist_ok=True)
     if rank != 0:
-        log = open(report_dir / f"rank{rank}.log", "w")  # noqa: SIM115 - lives for the process
+        log = open(report_dir / f"rank{rank}.log", "w")  # kept open for the whole process
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     args = [*sys.argv[1:], f"--junitxml={report_dir / f'rank{rank}.xml'}", "-p", "no:cacheprovider"]

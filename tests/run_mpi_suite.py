@@ -41,7 +41,8 @@ def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
     ]
     print(f"\n=== {size} rank{'s' if size > 1 else ''}: {' '.join(command)}", flush=True)
     started = time.monotonic()
-    code = subprocess.call(command, cwd=ROOT, env={**os.environ, "RINGLET_TEST_REPORTS": str(reports)})
+    environment = {**os.environ, "RINGLET_TEST_REPORTS": str(reports)}
+    code = subprocess.call(command, cwd=ROOT, env=environment)
     passed = failed = skipped = 0
     for rank in range(size):
         report = reports / f"rank{rank}.xml"

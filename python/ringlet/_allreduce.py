@@ -49,15 +49,17 @@ def allreduce(
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
-    if not isinstance(x, (np.ndarray, np.generic)):
-        raise TypeError(
-            f"allreduce takes a numpy.ndarray, got {type(x).__name__}; "
-            "convert it with numpy.asarray first"
-        )
-    x = np.asarray(x)
+    if x.__class__ is not np.ndarray:
+        if not isinstance(x, (np.ndarray, np.generic)):
+            raise TypeError(
+                f"allreduce takes a numpy.ndarray, got {type(x).__name__}; "
+                "convert it with numpy.asarray first"
+            )
+        x = np.asarray(x)
     name = dtype_name(x.dtype)
     check_op(op)
-    selector.check_algorithm(algorithm)
+    if algorithm != "auto":
+        selector.check_algorithm(algorithm)
     if algorithm == "mpi" and name in SIXTEEN_BIT_FLOATS:
         raise ValueError(
             f"algorithm 'mpi' cannot reduce {name}: MPI has no 16-bit float type; use 'auto', "
@@ -65,10 +67,14 @@ def allreduce(
         )
 
     if out is None:
-        result = np.array(x, dtype=x.dtype.newbyteorder("="), order="C", copy=True)
+        native = x.dtype if x.dtype.isnative else x.dtype.newbyteorder("=")
+        result = np.array(x, dtype=native, order="C", copy=True)
+    elif out is x and x.flags.carray and x.dtype.isnative:
+        result = x  # the common in-place call: C-contiguous, aligned, writeable
     else:
         result = _check_out(x, out)
-    init()
+    if not _core.is_initialized():
+        init()
     if algorithm == "auto":
         algorithm = selector.choose(result.nbytes, _core.size(), name, op)
     _core.allreduce(_bytes_of(result), name, op, algorithm)

@@ -11,8 +11,17 @@ OPS = ("sum", "avg", "min", "max", "prod")
 SIXTEEN_BIT_FLOATS = ("float16", "bfloat16")
 
 
+_KNOWN: dict[np.dtype, str] = {}
+"""Native-byte-order dtypes already accepted, by dtype: the per-call lookup is one dict get."""
+
+_OPS = frozenset(OPS)
+
+
 def dtype_name(dtype: np.dtype) -> str:
     """The supported name of ``dtype``, or a TypeError that lists what is supported."""
+    known = _KNOWN.get(dtype)
+    if known is not None:
+        return known
     name = dtype.name
     # ml_dtypes' bfloat16 has kind "V"; every other supported dtype is a plain number type.
     if name not in SUPPORTED_DTYPES or dtype.fields is not None:
@@ -20,10 +29,12 @@ def dtype_name(dtype: np.dtype) -> str:
             f"ringlet cannot reduce dtype {dtype!s}; supported dtypes: "
             f"{', '.join(SUPPORTED_DTYPES)} (bfloat16 from ml_dtypes)"
         )
+    if dtype.isnative:
+        _KNOWN[dtype] = name
     return name
 
 
 def check_op(op: str) -> str:
-    if not isinstance(op, str) or op not in OPS:
+    if op.__class__ is not str or op not in _OPS:
         raise ValueError(f"unknown op {op!r}; accepted: {', '.join(map(repr, OPS))}")
     return op

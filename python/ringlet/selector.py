@@ -19,7 +19,7 @@ SMALL_MESSAGE_BYTES = 32 * 1024
 
 
 def check_algorithm(algorithm: str) -> str:
-    if not isinstance(algorithm, str) or (algorithm != "auto" and algorithm not in ALGORITHMS):
+    if algorithm.__class__ is not str or (algorithm != "auto" and algorithm not in ALGORITHMS):
         raise ValueError(
             f"unknown algorithm {algorithm!r}; accepted: 'auto', "
             f"{', '.join(map(repr, ALGORITHMS))}"

@@ -1,4 +1,4 @@
-"""allreduce against a NumPy reference, every algorithm × dtype × op × shape, on N ranks."""
+"""allreduce against a NumPy reference, every algorithm, dtype, op and shape, on N ranks."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
+from mpi4py import MPI
+
+import ringlet
+
 from conftest import (
     ALL_DTYPES,
     NATIVE_MPI_DTYPES,
@@ -14,9 +18,6 @@ from conftest import (
     reference,
     same_on_every_rank,
 )
-from mpi4py import MPI
-
-import ringlet
 
 ALGORITHMS = ("auto", "ring", "halving_doubling", "recursive_doubling", "mpi")
 OPS = ("sum", "avg", "min", "max", "prod")

@@ -27,7 +27,7 @@ def test_unsupported_dtypes_raise_type_error_listing_the_supported_ones():
 
 
 def test_non_arrays_raise_type_error():
-    with pytest.raises(TypeError, match="numpy.ndarray"):
+    with pytest.raises(TypeError, match=r"numpy.ndarray"):
         ringlet.allreduce([1.0, 2.0])  # type: ignore[arg-type]
 
 
@@ -52,7 +52,7 @@ def test_mpi_algorithm_refuses_sixteen_bit_floats(dtype):
     from conftest import np_dtype
 
     x = np.ones(4, dtype=np_dtype(dtype))
-    with pytest.raises(ValueError, match="MPI has no 16-bit float type"):
+    with pytest.raises(ValueError, match=r"MPI has no 16-bit float type"):
         ringlet.allreduce(x, algorithm="mpi", out=x)
     assert (x == 1).all()
 
@@ -60,7 +60,7 @@ def test_mpi_algorithm_refuses_sixteen_bit_floats(dtype):
 def test_in_place_on_read_only_array_says_so():
     x = np.ones(8, dtype=np.float64)
     x.flags.writeable = False
-    with pytest.raises(ValueError, match="in-place allreduce .* read-only"):
+    with pytest.raises(ValueError, match=r"in-place allreduce .* read-only"):
         ringlet.allreduce(x, out=x)
     assert (x == 1).all()
 
@@ -68,14 +68,14 @@ def test_in_place_on_read_only_array_says_so():
 def test_in_place_on_non_contiguous_view_says_so():
     base = np.ones(16, dtype=np.float32)
     view = base[::2]
-    with pytest.raises(ValueError, match="in-place allreduce .* not C-contiguous"):
+    with pytest.raises(ValueError, match=r"in-place allreduce .* not C-contiguous"):
         ringlet.allreduce(view, out=view)
     assert (base == 1).all()
 
 
 def test_in_place_on_foreign_byte_order_says_so():
     x = np.ones(4, dtype=">f4")
-    with pytest.raises(ValueError, match="byte order"):
+    with pytest.raises(ValueError, match=r"byte order"):
         ringlet.allreduce(x, out=x)
 
 
@@ -96,41 +96,41 @@ def test_out_of_place_accepts_foreign_byte_order(size):
 def test_out_of_wrong_shape_or_dtype_raises_value_error(out):
     x = np.ones(4, dtype=np.float32)
     out[...] = 7
-    with pytest.raises(ValueError, match="out must have x's dtype and shape"):
+    with pytest.raises(ValueError, match=r"out must have x's dtype and shape"):
         ringlet.allreduce(x, out=out)
     assert (out == 7).all() and (x == 1).all()
 
 
 def test_out_that_is_not_an_array_raises_value_error():
-    with pytest.raises(ValueError, match="out must be a numpy.ndarray"):
+    with pytest.raises(ValueError, match=r"out must be a numpy.ndarray"):
         ringlet.allreduce(np.ones(3, dtype=np.float32), out=[0, 0, 0])  # type: ignore[arg-type]
 
 
 def test_out_partly_overlapping_x_raises_value_error():
     base = np.arange(10, dtype=np.float64)
-    with pytest.raises(ValueError, match="overlaps x"):
+    with pytest.raises(ValueError, match=r"overlaps x"):
         ringlet.allreduce(base[:6], out=base[4:])
     assert np.array_equal(base, np.arange(10))
 
 
 def test_non_contiguous_out_raises_value_error():
     out = np.zeros(8, dtype=np.float32)[::2]
-    with pytest.raises(ValueError, match="out needs a C-contiguous"):
+    with pytest.raises(ValueError, match=r"out needs a C-contiguous"):
         ringlet.allreduce(np.ones(4, dtype=np.float32), out=out)
 
 
 def test_the_core_rejects_bad_names_itself():
     """The bindings validate too, so a caller that skips the Python layer still gets errors."""
     buf = np.zeros(8, dtype=np.uint8)
-    with pytest.raises(TypeError, match="unsupported dtype"):
+    with pytest.raises(TypeError, match=r"unsupported dtype"):
         _core.allreduce(buf, "complex64", "sum", "ring")
-    with pytest.raises(ValueError, match="unknown op"):
+    with pytest.raises(ValueError, match=r"unknown op"):
         _core.allreduce(buf, "float32", "mean", "ring")
-    with pytest.raises(ValueError, match="unknown algorithm"):
+    with pytest.raises(ValueError, match=r"unknown algorithm"):
         _core.allreduce(buf, "float32", "sum", "tree")
-    with pytest.raises(ValueError, match="multiple of 4 bytes"):
+    with pytest.raises(ValueError, match=r"multiple of 4 bytes"):
         _core.allreduce(np.zeros(7, dtype=np.uint8), "float32", "sum", "ring")
-    with pytest.raises(ValueError, match="aligned"):
+    with pytest.raises(ValueError, match=r"aligned"):
         _core.allreduce(np.zeros(9, dtype=np.uint8)[1:], "float64", "sum", "ring")
 
 

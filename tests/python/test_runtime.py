@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import exact_input, reference
 from mpi4py import MPI
 
 import ringlet
+
+from conftest import exact_input, reference
 
 
 def test_rank_and_size_match_mpi4py(rank, size):
