@@ -5,6 +5,7 @@ mod common;
 
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::halving_doubling::HalvingDoubling;
+use _core::schedules::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
 use _core::schedules::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
 use _core::schedules::ring::Ring;
 use _core::schedules::Schedule;
@@ -68,6 +69,31 @@ fn halving_doubling_is_exact_for_every_rank_count_count_dtype_and_op() {
 }
 
 #[test]
+fn pipelined_ring_is_exact_for_every_rank_count_count_dtype_and_op() {
+    exhaustive(&PipelinedRing::TUNABLE);
+}
+
+#[test]
+fn pipelined_ring_with_many_small_segments_is_exact() {
+    // Segments of a few elements: many segments per block, uneven last segments, and more
+    // segments than receive slots, at rank counts around the window size.
+    for segment_bytes in [1, 8, 24, 100] {
+        let schedule = PipelinedRing::with_segment_bytes(segment_bytes);
+        for n in [2usize, 3, 4, 5, 6, 9] {
+            for count in [0usize, 1, n + 1, 97, 1000] {
+                for (dtype, op) in [
+                    (DType::F32, ReduceOp::Sum),
+                    (DType::BF16, ReduceOp::Max),
+                    (DType::I64, ReduceOp::Prod),
+                ] {
+                    check_exact(&schedule, n, count, dtype, op);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn recursive_doubling_is_exact_for_every_rank_count_count_dtype_and_op() {
     exhaustive(&RecursiveDoubling);
 }
@@ -105,6 +131,38 @@ fn ring_sends_two_m_minus_two_blocks_per_rank() {
                         "the lower bound exactly"
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn pipelined_ring_sends_the_same_bytes_as_the_ring() {
+    for n in [2usize, 3, 5, 8] {
+        for count in [0usize, 1, n + 1, 1000, 65537] {
+            let inputs: Vec<Vec<u8>> = (0..n)
+                .map(|_| encode(DType::F32, &vec![1.0; count]))
+                .collect();
+            let plain = run_group(
+                &Ring,
+                inputs.clone(),
+                DType::F32,
+                ReduceOp::Sum,
+                DEFAULT_MAX_MESSAGE_BYTES,
+            );
+            let piped = run_group(
+                &PipelinedRing::with_segment_bytes(4096),
+                inputs,
+                DType::F32,
+                ReduceOp::Sum,
+                DEFAULT_MAX_MESSAGE_BYTES,
+            );
+            for r in 0..n {
+                assert_eq!(
+                    piped[r].bytes_sent, plain[r].bytes_sent,
+                    "N={n} count={count}"
+                );
+                assert!(piped[r].largest_message <= 4096);
             }
         }
     }
@@ -161,6 +219,14 @@ fn scratch_stays_within_each_algorithms_bound() {
                 );
                 let rd = run_group(
                     &RecursiveDoubling,
+                    inputs.clone(),
+                    dtype,
+                    ReduceOp::Sum,
+                    DEFAULT_MAX_MESSAGE_BYTES,
+                );
+                let segment = 16 * 1024;
+                let piped = run_group(
+                    &PipelinedRing::with_segment_bytes(segment),
                     inputs,
                     dtype,
                     ReduceOp::Sum,
@@ -175,6 +241,10 @@ fn scratch_stays_within_each_algorithms_bound() {
                     let hd_bound = (count.div_ceil(2) + pof2 / 4) * dtype.size();
                     assert!(hd[r].peak_scratch <= hd_bound, "hd N={n} m={m}");
                     assert!(rd[r].peak_scratch <= m.min(PIECE_BYTES), "rd N={n} m={m}");
+                    assert!(
+                        piped[r].peak_scratch <= RECEIVE_WINDOW * segment,
+                        "pipelined N={n} m={m}"
+                    );
                     assert!(ring[r].peak_scratch < m && hd[r].peak_scratch < m || count == 1);
                 }
             }
@@ -186,7 +256,12 @@ fn scratch_stays_within_each_algorithms_bound() {
 fn long_messages_are_split_at_the_limit() {
     // The path a message longer than i32::MAX bytes takes, at a testable size.
     let limit = 64;
-    for schedule in [&Ring as &dyn Schedule, &HalvingDoubling, &RecursiveDoubling] {
+    for schedule in [
+        &Ring as &dyn Schedule,
+        &HalvingDoubling,
+        &RecursiveDoubling,
+        &PipelinedRing::TUNABLE,
+    ] {
         for n in [2usize, 3, 5, 8] {
             let count = 1001;
             let per_rank: Vec<Vec<f64>> = (0..n)
@@ -222,7 +297,13 @@ fn noise(seed: u64, count: usize) -> Vec<f64> {
 
 #[test]
 fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
-    for schedule in [&Ring as &dyn Schedule, &HalvingDoubling, &RecursiveDoubling] {
+    let piped = PipelinedRing::with_segment_bytes(1000);
+    for schedule in [
+        &Ring as &dyn Schedule,
+        &HalvingDoubling,
+        &RecursiveDoubling,
+        &piped,
+    ] {
         for n in [2usize, 3, 6, 7, 16] {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
                 for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Prod] {

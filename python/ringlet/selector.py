@@ -11,7 +11,7 @@ import os
 
 from ._dtypes import SIXTEEN_BIT_FLOATS
 
-ALGORITHMS = ("ring", "halving_doubling", "recursive_doubling", "mpi")
+ALGORITHMS = ("ring", "pipelined_ring", "halving_doubling", "recursive_doubling", "mpi")
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts, besides "auto"."""
 
 SMALL_MESSAGE_BYTES = 32 * 1024

@@ -141,6 +141,17 @@ fn allreduce(
     })
 }
 
+/// Segment size of the pipelined ring; every rank must use the same value.
+#[pyfunction]
+fn set_segment_bytes(bytes: usize) {
+    schedules::pipelined_ring::set_segment_bytes(bytes);
+}
+
+#[pyfunction]
+fn segment_bytes() -> usize {
+    schedules::pipelined_ring::segment_bytes()
+}
+
 #[pyfunction]
 fn algorithms() -> Vec<&'static str> {
     schedules::SCHEDULES.iter().map(|s| s.name()).collect()
@@ -161,6 +172,7 @@ mod _core {
     #[pymodule_export]
     use super::{
         algorithms, allreduce, barrier, dtypes, finalize, init, is_initialized, max_message_bytes,
-        mpi_library_version, ops, rank, set_max_message_bytes, shutdown, size, RingletError,
+        mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes, set_segment_bytes,
+        shutdown, size, RingletError,
     };
 }

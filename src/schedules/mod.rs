@@ -7,6 +7,7 @@
 mod blocks;
 pub mod halving_doubling;
 pub mod native;
+pub mod pipelined_ring;
 pub mod recursive_doubling;
 pub mod ring;
 pub mod scratch;
@@ -51,6 +52,7 @@ pub trait Schedule: Sync {
 /// Every algorithm, in the order `explain` and the benchmarks list them.
 pub static SCHEDULES: &[&dyn Schedule] = &[
     &ring::Ring,
+    &pipelined_ring::PipelinedRing::TUNABLE,
     &halving_doubling::HalvingDoubling,
     &recursive_doubling::RecursiveDoubling,
     &native::Native,

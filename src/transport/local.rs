@@ -4,7 +4,9 @@
 //! receive completes when the matching bytes are taken from the channel. Each transport counts
 //! what it sends, so tests can check a schedule's traffic exactly.
 
-use super::{message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES};
+use super::{
+    check_receive_length, message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES,
+};
 use crate::error::{CoreError, Result};
 use std::cell::Cell;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -91,34 +93,41 @@ impl LocalTransport {
 
 struct LocalReceive<'a> {
     buf: &'a mut [u8],
+    len: usize,
     channel: &'a Receiver<Vec<u8>>,
     max_message_bytes: usize,
     source: usize,
 }
 
-impl Pending for LocalReceive<'_> {
-    fn wait(&mut self) -> Result<()> {
-        for piece in message_pieces(self.buf.len(), self.max_message_bytes, 1) {
-            let message = self.channel.recv_timeout(RECEIVE_TIMEOUT).map_err(|e| {
+impl<'a> Pending<'a> for LocalReceive<'a> {
+    fn wait(self: Box<Self>) -> Result<Option<&'a mut [u8]>> {
+        let this = *self;
+        let LocalReceive {
+            buf,
+            len,
+            channel,
+            max_message_bytes,
+            source,
+        } = this;
+        for piece in message_pieces(len, max_message_bytes, 1) {
+            let message = channel.recv_timeout(RECEIVE_TIMEOUT).map_err(|e| {
                 CoreError::Communication(match e {
-                    RecvTimeoutError::Timeout => format!(
-                        "no message from rank {} within {RECEIVE_TIMEOUT:?}",
-                        self.source
-                    ),
-                    RecvTimeoutError::Disconnected => format!("rank {} has exited", self.source),
+                    RecvTimeoutError::Timeout => {
+                        format!("no message from rank {source} within {RECEIVE_TIMEOUT:?}")
+                    }
+                    RecvTimeoutError::Disconnected => format!("rank {source} has exited"),
                 })
             })?;
             if message.len() != piece.len() {
                 return Err(CoreError::Communication(format!(
-                    "expected {} bytes from rank {}, got {}",
+                    "expected {} bytes from rank {source}, got {}",
                     piece.len(),
-                    self.source,
                     message.len()
                 )));
             }
-            self.buf[piece].copy_from_slice(&message);
+            buf[piece].copy_from_slice(&message);
         }
-        Ok(())
+        Ok(Some(buf))
     }
 }
 
@@ -145,10 +154,17 @@ impl Transport for LocalTransport {
         Ok(Request::done())
     }
 
-    fn irecv<'a>(&'a self, data: &'a mut [u8], source: usize) -> Result<Request<'a>> {
+    fn irecv_into<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+        len: usize,
+        source: usize,
+    ) -> Result<Request<'a>> {
         self.check_peer(source)?;
+        check_receive_length(len, buf.len())?;
         Ok(Request::new(Box::new(LocalReceive {
-            buf: data,
+            buf,
+            len,
             channel: &self.from[source],
             max_message_bytes: self.max_message_bytes,
             source,

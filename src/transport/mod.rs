@@ -16,39 +16,49 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use std::ops::Range;
 
-/// An operation in flight. Waiting consumes it; dropping it waits too (ignoring the outcome),
-/// because the buffer it borrows must not be released while the transport may still use it.
-pub trait Pending {
-    fn wait(&mut self) -> Result<()>;
+/// An operation in flight, borrowing its buffer for `'a`.
+pub trait Pending<'a> {
+    /// Block until the operation completes. A receive hands its buffer back, filled.
+    fn wait(self: Box<Self>) -> Result<Option<&'a mut [u8]>>;
 }
 
-/// A started send or receive that borrows its buffer until it completes.
+/// A started send or receive. Waiting consumes it; dropping it waits too (ignoring the
+/// outcome), because the buffer it borrows must not be released while the transport may still
+/// use it.
 #[must_use = "a request must be waited on"]
 pub struct Request<'a> {
-    op: Option<Box<dyn Pending + 'a>>,
+    op: Option<Box<dyn Pending<'a> + 'a>>,
 }
 
 impl<'a> Request<'a> {
-    pub fn new(op: Box<dyn Pending + 'a>) -> Self {
+    pub fn new(op: Box<dyn Pending<'a> + 'a>) -> Self {
         Request { op: Some(op) }
     }
 
-    /// A request that is already complete (for example a zero-length message to oneself).
+    /// A request that is already complete (an eager send).
     pub fn done() -> Self {
         Request { op: None }
     }
 
     pub fn wait(mut self) -> Result<()> {
         match self.op.take() {
-            Some(mut op) => op.wait(),
+            Some(op) => op.wait().map(|_| ()),
             None => Ok(()),
         }
+    }
+
+    /// Wait for a receive and get its buffer back, to reduce or forward what arrived.
+    pub fn wait_for_data(mut self) -> Result<&'a mut [u8]> {
+        self.op
+            .take()
+            .map_or(Ok(None), |op| op.wait())?
+            .ok_or_else(|| CoreError::InvalidArgument("internal: waited for data on a send".into()))
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Some(mut op) = self.op.take() {
+        if let Some(op) = self.op.take() {
             // Reached only on an early return after another error; that error is the one the
             // caller reports, so this one is dropped.
             let _ = op.wait();
@@ -63,8 +73,21 @@ pub trait Transport {
     /// Start sending `data` to `dest`.
     fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>>;
 
+    /// Start receiving exactly `len` bytes from `source` into `buf[..len]`. Waiting with
+    /// [`Request::wait_for_data`] hands back all of `buf`, so a schedule can reuse a fixed set of
+    /// scratch buffers for messages of varying size.
+    fn irecv_into<'a>(
+        &'a self,
+        buf: &'a mut [u8],
+        len: usize,
+        source: usize,
+    ) -> Result<Request<'a>>;
+
     /// Start receiving exactly `data.len()` bytes from `source` into `data`.
-    fn irecv<'a>(&'a self, data: &'a mut [u8], source: usize) -> Result<Request<'a>>;
+    fn irecv<'a>(&'a self, data: &'a mut [u8], source: usize) -> Result<Request<'a>> {
+        let len = data.len();
+        self.irecv_into(data, len, source)
+    }
 
     /// Send to `dest` and receive from `source` at the same time (deadlock-free).
     fn sendrecv(&self, send: &[u8], dest: usize, recv: &mut [u8], source: usize) -> Result<()> {
@@ -95,6 +118,16 @@ pub fn message_pieces(
     let step = (limit / align.max(1)).max(1) * align.max(1);
     let pieces = len.div_ceil(step).max(1);
     (0..pieces).map(move |i| (i * step).min(len)..((i + 1) * step).min(len))
+}
+
+pub(crate) fn check_receive_length(len: usize, capacity: usize) -> Result<()> {
+    if len <= capacity {
+        Ok(())
+    } else {
+        Err(CoreError::InvalidArgument(format!(
+            "internal: receiving {len} bytes into a {capacity}-byte buffer"
+        )))
+    }
 }
 
 /// The largest message any transport sends by default: MPI's count limit.

@@ -6,7 +6,9 @@
 //! failed call into an error. Our communicator is a duplicate with `MPI_ERRORS_RETURN`, so a
 //! failure comes back here instead of aborting silently or being ignored.
 
-use super::{message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES};
+use super::{
+    check_receive_length, message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES,
+};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use mpi::ffi;
@@ -139,16 +141,18 @@ fn null_request() -> ffi::MPI_Request {
 struct MpiPending<'a> {
     requests: Vec<ffi::MPI_Request>,
     what: &'static str,
-    _buffer: PhantomData<&'a mut [u8]>,
+    /// A receive's buffer, handed back once the data is in; `None` for sends.
+    received: Option<&'a mut [u8]>,
+    _send_buffer: PhantomData<&'a [u8]>,
 }
 
-impl Pending for MpiPending<'_> {
-    fn wait(&mut self) -> Result<()> {
+impl MpiPending<'_> {
+    fn wait_all(&mut self) -> Result<()> {
         if self.requests.is_empty() {
             return Ok(());
         }
-        // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps alive;
-        // MPI_Waitall sets each to MPI_REQUEST_NULL, so a second wait is a no-op.
+        // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps
+        // alive and that nothing else touches until this wait returns.
         let code = unsafe {
             ffi::MPI_Waitall(
                 self.requests.len() as c_int,
@@ -158,6 +162,20 @@ impl Pending for MpiPending<'_> {
         };
         self.requests.clear();
         check(code, self.what)
+    }
+}
+
+impl<'a> Pending<'a> for MpiPending<'a> {
+    fn wait(mut self: Box<Self>) -> Result<Option<&'a mut [u8]>> {
+        self.wait_all()?;
+        Ok(self.received.take())
+    }
+}
+
+impl Drop for MpiPending<'_> {
+    /// If posting a later piece failed, the pieces already posted still own their buffers.
+    fn drop(&mut self) {
+        let _ = self.wait_all();
     }
 }
 
@@ -175,7 +193,8 @@ impl Transport for MpiTransport {
         let mut pending = MpiPending {
             requests: Vec::with_capacity(1),
             what: "MPI_Isend",
-            _buffer: PhantomData,
+            received: None,
+            _send_buffer: PhantomData,
         };
         for piece in message_pieces(data.len(), self.max_message_bytes(), 1) {
             let mut request = null_request();
@@ -198,19 +217,29 @@ impl Transport for MpiTransport {
         Ok(Request::new(Box::new(pending)))
     }
 
-    fn irecv<'a>(&'a self, data: &'a mut [u8], source: usize) -> Result<Request<'a>> {
+    fn irecv_into<'a>(
+        &'a self,
+        data: &'a mut [u8],
+        len: usize,
+        source: usize,
+    ) -> Result<Request<'a>> {
         let (comm, source) = (self.raw()?, self.peer(source)?);
+        check_receive_length(len, data.len())?;
         let mut pending = MpiPending {
             requests: Vec::with_capacity(1),
             what: "MPI_Irecv",
-            _buffer: PhantomData,
+            received: None,
+            _send_buffer: PhantomData,
         };
-        for piece in message_pieces(data.len(), self.max_message_bytes(), 1) {
+        let base = data.as_mut_ptr();
+        for piece in message_pieces(len, self.max_message_bytes(), 1) {
             let mut request = null_request();
             // SAFETY: as in `isend`; the pieces are disjoint, so no two receives share bytes.
+            // MPI writes through `base`, derived from `data`, which the request holds and hands
+            // back only after MPI_Waitall.
             let code = unsafe {
                 ffi::MPI_Irecv(
-                    data[piece.clone()].as_mut_ptr().cast(),
+                    base.add(piece.start).cast(),
                     piece.len() as c_int,
                     ffi::RSMPI_UINT8_T,
                     source,
@@ -222,6 +251,7 @@ impl Transport for MpiTransport {
             check(code, "MPI_Irecv")?;
             pending.requests.push(request);
         }
+        pending.received = Some(data);
         Ok(Request::new(Box::new(pending)))
     }
 

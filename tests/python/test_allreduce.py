@@ -19,7 +19,7 @@ from conftest import (
     same_on_every_rank,
 )
 
-ALGORITHMS = ("auto", "ring", "halving_doubling", "recursive_doubling", "mpi")
+ALGORITHMS = ("auto", *ringlet.ALGORITHMS)
 OPS = ("sum", "avg", "min", "max", "prod")
 SHAPES = ((), (0,), (1,), (7,), (3, 5), (1000,), (2, 3, 4, 5), (65537,))
 
@@ -79,7 +79,10 @@ def test_non_contiguous_input_is_reduced_through_a_copy(rank, size, algorithm, d
     assert np.array_equal(inputs[rank], before)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "recursive_doubling"])
+OWN_ALGORITHMS = [a for a in ringlet.ALGORITHMS if a != "mpi"]
+
+
+@pytest.mark.parametrize("algorithm", OWN_ALGORITHMS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_inexact_sums_are_bit_identical_across_ranks_and_close_to_numpy(
     comm, rank, size, algorithm, dtype
@@ -129,7 +132,22 @@ def test_integer_sum_wraps_on_overflow(size):
         assert (ringlet.allreduce(x, "sum", algorithm=algorithm) == expected).all()
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "recursive_doubling", "mpi"])
+@pytest.mark.parametrize("segment_bytes", [4, 1000, 4096])
+def test_pipelined_ring_with_small_segments(rank, size, segment_bytes):
+    from ringlet import _core
+
+    default = _core.segment_bytes()
+    _core.set_segment_bytes(segment_bytes)
+    try:
+        for dtype in ["float32", "float16", "int64"]:
+            inputs = [exact_input(8, r, (2053,), dtype, "sum") for r in range(size)]
+            result = ringlet.allreduce(inputs[rank], "sum", algorithm="pipelined_ring")
+            assert result.tobytes() == reference(inputs, "sum").tobytes()
+    finally:
+        _core.set_segment_bytes(default)
+
+
+@pytest.mark.parametrize("algorithm", ringlet.ALGORITHMS)
 def test_long_messages_are_split_at_the_limit(rank, size, algorithm):
     """The path of arrays over 2^31 elements, through a lowered message limit."""
     from ringlet import _core

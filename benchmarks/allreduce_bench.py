@@ -1,0 +1,438 @@
+"""OSU-style allreduce benchmark: every ringlet algorithm, "auto" and MPI's own, interleaved.
+
+    mpirun -n 2 python benchmarks/allreduce_bench.py [--dtype float32] [--op sum]
+        [--min-size 8] [--max-size 256M] [--factor 4] [--algorithms ring,auto,native]
+        [--time-budget 2] [--min-iterations 10] [--max-iterations 10000] [--warmup 20]
+        [--bw-size 16M] [--compare-float32] [--markdown] [--no-plot] [--out-dir benchmarks/out]
+
+Method, after osu_allreduce:
+
+* Message sizes go from --min-size to --max-size (both included), multiplying by --factor.
+* The candidates are each name in ``ringlet.ALGORITHMS`` (without "mpi" for 16-bit floats),
+  "auto", and "native": mpi4py's ``comm.Allreduce(MPI.IN_PLACE, ...)`` called directly. They are
+  timed round-robin within each iteration (the starting candidate rotates), so noise from a
+  shared machine hits all of them alike.
+* Every call is in place on a buffer preallocated per size and holding a fixed point of the op
+  (0 for sum, 1 for the others), so values never grow and the buffer never needs a refill.
+* A barrier precedes every call, outside the timed region; each call is timed alone with
+  ``time.perf_counter``. An iteration's time is the maximum over the ranks; the table shows the
+  median and the minimum over the iterations.
+* Per size, warm-up rounds come first; then as many timed rounds as fit in --time-budget
+  seconds, clamped to [--min-iterations, --max-iterations].
+* The lower bound is 2(N-1)/N * m / B (Patarasuk & Yuan, Lemma 5), with B the point-to-point
+  bandwidth measured in the same run with ``Sendrecv`` between ring neighbours.
+
+Rank 0 prints the table (and Markdown with --markdown) and writes
+``{out-dir}/allreduce_n{N}_{dtype}_{op}.csv`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import bench_report  # benchmarks/bench_report.py, next to this script
+import ml_dtypes
+import numpy as np
+from bench_report import FLOAT32_AUTO, Meta, SizeResult, Timing
+from mpi4py import MPI  # before ringlet: mpi4py initializes MPI, ringlet then shares it
+
+import ringlet
+
+DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+}
+SIXTEEN_BIT = ("float16", "bfloat16")
+NATIVE_DTYPES = ("float32", "float64", "int32", "int64")
+MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+WARMUP_SHARE = 0.25
+"""At most this share of --time-budget goes to warm-up rounds (always at least one)."""
+BANDWIDTH_REPEATS = 10
+
+DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "out"
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_size(text: str) -> int:
+    """ "4096", "4K", "16M", "1G" (binary units; a trailing "B" or "iB" is accepted)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = SIZE_SUFFIXES.get(value[-1:], 1)
+    digits = value[:-1] if value[-1:] in SIZE_SUFFIXES else value
+    try:
+        size = int(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8, 4K, 16M, 1G)") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return size
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+class RootParser(argparse.ArgumentParser):
+    """An ArgumentParser that prints help and errors on rank 0 only (every rank still exits)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            super()._print_message(message, file)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = RootParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--dtype", choices=list(DTYPES), default="float32")
+    add("--op", choices=list(ringlet.OPS), default="sum")
+    add(
+        "--algorithms",
+        default=None,
+        help="comma-separated subset of the candidates (default: all that apply), e.g. "
+        "ring,auto,native",
+    )
+    add("--min-size", type=parse_size, default=8, help="smallest message, bytes (K/M/G)")
+    add("--max-size", type=parse_size, default=256 << 20, help="largest message, bytes")
+    add("--factor", type=int, choices=(2, 4), default=4, help="size multiplier")
+    add("--min-iterations", type=int, default=10, help="timed rounds per size, at least")
+    add("--max-iterations", type=int, default=10000, help="timed rounds per size, at most")
+    add(
+        "--warmup",
+        type=int,
+        default=20,
+        help="warm-up rounds per size, at most (fewer for large sizes, at least one)",
+    )
+    add(
+        "--time-budget",
+        type=positive_float,
+        default=2.0,
+        help="seconds of timed rounds per size (before the iteration clamp)",
+    )
+    add(
+        "--bw-size",
+        type=parse_size,
+        default=16 << 20,
+        help="message size of the Sendrecv bandwidth measurement",
+    )
+    add(
+        "--compare-float32",
+        action="store_true",
+        help="16-bit dtypes: also time auto on float32 arrays of equal element count",
+    )
+    add("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    add("--markdown", action="store_true", help="also print the tables as Markdown")
+    add("--no-plot", action="store_true", help="skip the PNG")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.min_size > args.max_size:
+        parser.error("--min-size is larger than --max-size")
+    if not 1 <= args.min_iterations <= args.max_iterations:
+        parser.error("need 1 <= --min-iterations <= --max-iterations")
+    if args.warmup < 1:
+        parser.error("--warmup must be at least 1")
+    if args.compare_float32 and args.dtype not in SIXTEEN_BIT:
+        parser.error("--compare-float32 applies to float16 and bfloat16 only")
+    available = available_candidates(args.dtype, args.op)
+    args.candidates = chosen_candidates(parser, args.algorithms, available, args.dtype)
+    if args.compare_float32:
+        if "auto" not in args.candidates:
+            parser.error("--compare-float32 compares 'auto' runs: keep 'auto' in --algorithms")
+        args.candidates.append(FLOAT32_AUTO)
+    return args
+
+
+def available_candidates(dtype: str, op: str) -> list[str]:
+    """ringlet's algorithms (read at run time), "auto", and "native" where MPI can do it."""
+    names = [a for a in ringlet.ALGORITHMS if not (a == "mpi" and dtype in SIXTEEN_BIT)]
+    names.append("auto")
+    if dtype in NATIVE_DTYPES and op in MPI_OPS:
+        names.append("native")
+    return names
+
+
+def chosen_candidates(
+    parser: argparse.ArgumentParser, requested: str | None, available: list[str], dtype: str
+) -> list[str]:
+    if requested is None:
+        return available
+    wanted = [name.strip() for name in requested.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in available]
+    if unknown:
+        parser.error(
+            f"--algorithms: {', '.join(unknown)} not available for {dtype} "
+            f"(candidates here: {', '.join(available)})"
+        )
+    return [name for name in available if name in wanted]
+
+
+def message_counts(min_size: int, max_size: int, factor: int, itemsize: int) -> list[int]:
+    """Element counts for sizes min, min*factor, ... up to max (max itself always included)."""
+    sizes = []
+    size = min_size
+    while size <= max_size:
+        sizes.append(size)
+        size *= factor
+    if sizes[-1] != max_size:
+        sizes.append(max_size)
+    return sorted({max(1, s // itemsize) for s in sizes})
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates
+
+
+@dataclass
+class Candidate:
+    name: str
+    buffer: np.ndarray
+    run: Callable[[], object]
+    picked: str = ""
+    """For "auto" candidates: which algorithm the selector says it runs ("" if unknown)."""
+
+
+def fill_value(op: str) -> int:
+    """A fixed point of the op on equal inputs: the buffer keeps it call after call."""
+    return 0 if op == "sum" else 1
+
+
+def auto_choice(nbytes: int, n_ranks: int, dtype: str, op: str) -> str:
+    """The algorithm ``algorithm="auto"`` runs, if ringlet's selector can tell ("" if not)."""
+    choose = getattr(getattr(ringlet, "selector", None), "choose", None)
+    if choose is None:
+        return ""
+    try:
+        return str(choose(nbytes, n_ranks, dtype, op))
+    except Exception:
+        return ""
+
+
+def new_buffer(count: int, dtype: str, op: str) -> np.ndarray:
+    return np.full(count, fill_value(op), dtype=DTYPES[dtype])
+
+
+def make_candidate(name: str, buffer: np.ndarray, op: str, comm: MPI.Comm) -> Candidate:
+    """A call of ``name`` in place on ``buffer`` (auto@float32 gets its own float32 buffer)."""
+    if name == "native":
+        return Candidate(
+            name, buffer, functools.partial(comm.Allreduce, MPI.IN_PLACE, buffer, MPI_OPS[op])
+        )
+    algorithm = name
+    if name == FLOAT32_AUTO:
+        buffer, algorithm = new_buffer(buffer.size, "float32", op), "auto"
+    run = functools.partial(ringlet.allreduce, buffer, op, out=buffer, algorithm=algorithm)
+    picked = ""
+    if algorithm == "auto":
+        picked = auto_choice(buffer.nbytes, comm.Get_size(), buffer.dtype.name, op)
+    return Candidate(name, buffer, run, picked)
+
+
+def make_candidates(names: list[str], count: int, args, comm: MPI.Comm) -> list[Candidate]:
+    """The candidates of one size, all on one shared buffer (but auto@float32)."""
+    shared = new_buffer(count, args.dtype, args.op)
+    return [make_candidate(name, shared, args.op, comm) for name in names]
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def time_rounds(comm: MPI.Comm, candidates: list[Candidate], rounds: int) -> np.ndarray:
+    """This rank's seconds per call, shape (rounds, candidates); the order rotates per round."""
+    k = len(candidates)
+    seconds = np.empty((rounds, k))
+    runs = [c.run for c in candidates]
+    barrier, clock = comm.Barrier, time.perf_counter
+    with gc_paused():
+        for r in range(rounds):
+            for j in range(k):
+                index = (r + j) % k
+                run = runs[index]
+                barrier()
+                start = clock()
+                run()
+                seconds[r, index] = clock() - start
+    return seconds
+
+
+def slowest_rank(comm: MPI.Comm, seconds: np.ndarray) -> np.ndarray:
+    """Element-wise max over the ranks: the time each collective call took."""
+    comm.Allreduce(MPI.IN_PLACE, seconds, op=MPI.MAX)
+    return seconds
+
+
+def wall_seconds_per_round(comm: MPI.Comm, candidates: list[Candidate], rounds: int) -> float:
+    """Run ``rounds`` untimed rounds; the slowest rank's wall time per round, barriers included."""
+    start = time.perf_counter()
+    time_rounds(comm, candidates, rounds)
+    return comm.allreduce((time.perf_counter() - start) / rounds, op=MPI.MAX)
+
+
+def clamp(value: float, low: int, high: int) -> int:
+    return int(min(max(value, low), high))
+
+
+def measure(comm: MPI.Comm, candidates: list[Candidate], args) -> np.ndarray:
+    """Warm up, then time as many rounds as the budget allows: seconds (rounds, candidates)."""
+    first = wall_seconds_per_round(comm, candidates, 1)  # first touch, internal buffers
+    warmup = clamp(WARMUP_SHARE * args.time_budget / first, 1, args.warmup)
+    per_round = wall_seconds_per_round(comm, candidates, warmup)
+    rounds = clamp(args.time_budget / per_round, args.min_iterations, args.max_iterations)
+    return slowest_rank(comm, time_rounds(comm, candidates, rounds))
+
+
+def buffers_intact(comm: MPI.Comm, candidates: list[Candidate], op: str) -> bool:
+    """Whether every buffer on every rank still holds the fill value (a cheap result check)."""
+    buffers = {id(c.buffer): c.buffer for c in candidates}.values()
+    intact = all(bool(np.all(b == b.dtype.type(fill_value(op)))) for b in buffers)
+    return comm.allreduce(intact, op=MPI.LAND)
+
+
+def benchmark_size(comm: MPI.Comm, count: int, args) -> SizeResult:
+    candidates = make_candidates(args.candidates, count, args, comm)
+    seconds = measure(comm, candidates, args)
+    if not buffers_intact(comm, candidates, args.op) and comm.Get_rank() == 0:
+        print(
+            f"warning: wrong allreduce results at {count} elements: some candidate broke "
+            f"the buffer",
+            file=sys.stderr,
+        )
+    medians, minima = np.median(seconds, axis=0), seconds.min(axis=0)
+    timings = [
+        Timing(
+            c.name,
+            c.buffer.dtype.name,
+            c.buffer.size,
+            c.buffer.nbytes,
+            float(median),
+            float(minimum),
+            c.picked,
+        )
+        for c, median, minimum in zip(candidates, medians, minima)
+    ]
+    return SizeResult(count * DTYPES[args.dtype].itemsize, len(seconds), timings)
+
+
+def p2p_bandwidth(comm: MPI.Comm, nbytes: int) -> float:
+    """Bytes/s per direction of Sendrecv to the right neighbour and from the left one."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    send = np.zeros(nbytes, dtype=np.uint8)
+    receive = np.empty_like(send)
+    seconds = np.empty(BANDWIDTH_REPEATS)
+    for _ in range(2):  # warm-up
+        comm.Sendrecv(send, right, 0, receive, left, 0)
+    for index in range(BANDWIDTH_REPEATS):
+        comm.Barrier()
+        start = time.perf_counter()
+        comm.Sendrecv(send, right, 0, receive, left, 0)
+        seconds[index] = time.perf_counter() - start
+    return nbytes / float(np.median(slowest_rank(comm, seconds)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+def progress(counts: list[int], itemsize: int, enabled: bool) -> Iterable[int]:
+    """The counts, with a tqdm bar on stderr (rank 0) showing the message size being timed."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the bar is a nicety
+        return counts
+    bar = tqdm(counts, desc="allreduce", unit="size", file=sys.stderr, disable=not enabled)
+
+    def labelled() -> Iterator[int]:
+        for count in bar:
+            bar.set_postfix_str(bench_report.size_label(count * itemsize) + "B")
+            yield count
+
+    return labelled()
+
+
+def run_metadata(comm: MPI.Comm, args, bandwidth: float) -> Meta:
+    return Meta(
+        n_ranks=comm.Get_size(),
+        dtype=args.dtype,
+        op=args.op,
+        date=datetime.now().astimezone().isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        mpi_library=MPI.Get_library_version().strip("\x00 \n").splitlines()[0].strip(),
+        p2p_bandwidth=bandwidth,
+        p2p_bytes=args.bw_size,
+        algorithms=tuple(ringlet.ALGORITHMS),
+    )
+
+
+def report(results: list[SizeResult], meta: Meta, args) -> None:
+    rows = bench_report.derive_rows(results, meta)
+    print(bench_report.text_table(rows, meta))
+    if args.markdown:
+        print()
+        print(bench_report.markdown(rows, meta))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.out_dir / f"allreduce_n{meta.n_ranks}_{meta.dtype}_{meta.op}"
+    bench_report.write_csv(rows, stem.with_suffix(".csv"))
+    written = [stem.with_suffix(".csv")]
+    if not args.no_plot:
+        bench_report.write_plot(rows, meta, stem.with_suffix(".png"))
+        written.append(stem.with_suffix(".png"))
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    comm = MPI.COMM_WORLD
+    args = parse_args(argv)
+    ringlet.init()
+    rank = comm.Get_rank()
+    started = time.perf_counter()
+    bandwidth = p2p_bandwidth(comm, args.bw_size)
+    meta = run_metadata(comm, args, bandwidth)
+    itemsize = DTYPES[args.dtype].itemsize
+    counts = message_counts(args.min_size, args.max_size, args.factor, itemsize)
+    results = [benchmark_size(comm, count, args) for count in progress(counts, itemsize, rank == 0)]
+    if rank == 0:
+        report(results, meta, args)
+        print(f"total {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
