@@ -152,6 +152,12 @@ fn segment_bytes() -> usize {
     schedules::pipelined_ring::segment_bytes()
 }
 
+/// The SIMD level the reduction kernels run at: "generic", "avx2" or "avx512".
+#[pyfunction]
+fn kernel_level() -> &'static str {
+    crate::kernels::Level::active().name()
+}
+
 #[pyfunction]
 fn algorithms() -> Vec<&'static str> {
     schedules::SCHEDULES.iter().map(|s| s.name()).collect()
@@ -171,8 +177,8 @@ fn ops() -> Vec<&'static str> {
 mod _core {
     #[pymodule_export]
     use super::{
-        algorithms, allreduce, barrier, dtypes, finalize, init, is_initialized, max_message_bytes,
-        mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes, set_segment_bytes,
-        shutdown, size, RingletError,
+        algorithms, allreduce, barrier, dtypes, finalize, init, is_initialized, kernel_level,
+        max_message_bytes, mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes,
+        set_segment_bytes, shutdown, size, RingletError,
     };
 }

@@ -1,15 +1,25 @@
-//! Element-wise reductions on byte buffers, one per (dtype, op).
+//! Element-wise reductions on byte buffers, one per (dtype, op), at the best SIMD level the CPU
+//! has.
 //!
 //! The schedules move bytes; these functions give the bytes a type. Buffers must be aligned to
 //! the element size (NumPy arrays and the schedules' scratch always are) and a whole number of
 //! elements long; anything else is an `InvalidArgument` error, never a panic.
+//!
+//! Levels: `generic` (any CPU; baseline x86-64 is SSE2), `avx2` (AVX2 + FMA + F16C) and
+//! `avx512` (AVX-512 F/BW/VL). The level is picked once from the CPU (runtime detection, so one
+//! wheel runs everywhere); `RINGLET_KERNELS=generic|avx2|avx512` caps it. Every level gives the
+//! same bits: one rounding per combine, IEEE arithmetic in f32 or wider.
 
 mod native;
+mod portable;
 mod sixteen;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use bytemuck::Pod;
+use std::sync::OnceLock;
 
 /// Which operand stands on the left of the combine.
 ///
@@ -24,8 +34,101 @@ pub enum Order {
     OtherFirst,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Generic,
+    Avx2,
+    Avx512,
+}
+
+impl Level {
+    pub const ALL: [Level; 3] = [Level::Generic, Level::Avx2, Level::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Generic => "generic",
+            Level::Avx2 => "avx2",
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    pub fn is_supported(self) -> bool {
+        match self {
+            Level::Generic => true,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => {
+                Level::Avx2.is_supported()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The best supported level, at most `RINGLET_KERNELS` if that names one. Decided once.
+    pub fn active() -> Level {
+        static ACTIVE: OnceLock<Level> = OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let cap = std::env::var("RINGLET_KERNELS")
+                .ok()
+                .and_then(|name| Level::ALL.into_iter().find(|l| l.name() == name))
+                .unwrap_or(Level::Avx512);
+            Level::ALL
+                .into_iter()
+                .filter(|l| *l <= cap && l.is_supported())
+                .max()
+                .unwrap_or(Level::Generic)
+        })
+    }
+}
+
+/// A pair of equally long typed views: the accumulator and the incoming data.
+pub(crate) enum Slices<'a> {
+    F32(&'a mut [f32], &'a [f32]),
+    F64(&'a mut [f64], &'a [f64]),
+    I32(&'a mut [i32], &'a [i32]),
+    I64(&'a mut [i64], &'a [i64]),
+    /// float16 bits.
+    F16(&'a mut [u16], &'a [u16]),
+    /// bfloat16 bits.
+    BF16(&'a mut [u16], &'a [u16]),
+}
+
+impl<'a> Slices<'a> {
+    fn new(dtype: DType, acc: &'a mut [u8], other: &'a [u8]) -> Result<Self> {
+        Ok(match dtype {
+            DType::F32 => Slices::F32(typed_mut(acc)?, typed(other)?),
+            DType::F64 => Slices::F64(typed_mut(acc)?, typed(other)?),
+            DType::I32 => Slices::I32(typed_mut(acc)?, typed(other)?),
+            DType::I64 => Slices::I64(typed_mut(acc)?, typed(other)?),
+            DType::F16 => Slices::F16(typed_mut(acc)?, typed(other)?),
+            DType::BF16 => Slices::BF16(typed_mut(acc)?, typed(other)?),
+        })
+    }
+}
+
 /// `acc[i] = acc[i] ⊕ other[i]` (or `other[i] ⊕ acc[i]`) for every element.
 pub fn combine(
+    dtype: DType,
+    op: ReduceOp,
+    acc: &mut [u8],
+    other: &[u8],
+    order: Order,
+) -> Result<()> {
+    combine_at(Level::active(), dtype, op, acc, other, order)
+}
+
+/// [`combine`] at a given level (tests check every level against `generic`).
+pub fn combine_at(
+    level: Level,
     dtype: DType,
     op: ReduceOp,
     acc: &mut [u8],
@@ -39,17 +142,27 @@ pub fn combine(
             other.len()
         )));
     }
+    if !level.is_supported() {
+        return Err(CoreError::InvalidArgument(format!(
+            "this CPU does not support the {} kernels",
+            level.name()
+        )));
+    }
     if acc.is_empty() {
         return Ok(()); // an empty slice's pointer need not be aligned
     }
+    let slices = Slices::new(dtype, acc, other)?;
     let op = op.combining();
-    match dtype {
-        DType::F32 => native::combine::<f32>(op, typed_mut(acc)?, typed(other)?, order),
-        DType::F64 => native::combine::<f64>(op, typed_mut(acc)?, typed(other)?, order),
-        DType::I32 => native::combine::<i32>(op, typed_mut(acc)?, typed(other)?, order),
-        DType::I64 => native::combine::<i64>(op, typed_mut(acc)?, typed(other)?, order),
-        DType::F16 => sixteen::combine::<sixteen::F16>(op, typed_mut(acc)?, typed(other)?, order),
-        DType::BF16 => sixteen::combine::<sixteen::BF16>(op, typed_mut(acc)?, typed(other)?, order),
+    match level {
+        Level::Generic => portable::combine(op, slices, order),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_supported` confirmed AVX2, FMA and F16C above.
+        Level::Avx2 => unsafe { x86::combine_avx2(op, slices, order) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_supported` confirmed AVX-512 F/BW/VL, AVX2, FMA and F16C above.
+        Level::Avx512 => unsafe { x86::combine_avx512(op, slices, order) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => portable::combine(op, slices, order),
     }
     Ok(())
 }
@@ -67,8 +180,8 @@ pub fn divide(dtype: DType, buf: &mut [u8], ranks: usize) -> Result<()> {
         DType::F64 => native::divide::<f64>(typed_mut(buf)?, ranks),
         DType::I32 => native::divide::<i32>(typed_mut(buf)?, ranks),
         DType::I64 => native::divide::<i64>(typed_mut(buf)?, ranks),
-        DType::F16 => sixteen::divide::<sixteen::F16>(typed_mut(buf)?, ranks),
-        DType::BF16 => sixteen::divide::<sixteen::BF16>(typed_mut(buf)?, ranks),
+        DType::F16 => sixteen::f16_divide(typed_mut(buf)?, ranks),
+        DType::BF16 => sixteen::bf16_divide(typed_mut(buf)?, ranks),
     }
     Ok(())
 }

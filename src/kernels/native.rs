@@ -97,6 +97,7 @@ fn apply<T: Arith>(acc: &mut [T], other: &[T], order: Order, f: impl Fn(T, T) ->
     }
 }
 
+#[inline(always)]
 pub(super) fn combine<T: Arith>(op: ReduceOp, acc: &mut [T], other: &[T], order: Order) {
     match op {
         ReduceOp::Sum | ReduceOp::Avg => apply(acc, other, order, T::add),
@@ -106,6 +107,7 @@ pub(super) fn combine<T: Arith>(op: ReduceOp, acc: &mut [T], other: &[T], order:
     }
 }
 
+#[inline(always)]
 pub(super) fn divide<T: Arith>(buf: &mut [T], count: usize) {
     buf.iter_mut().for_each(|x| *x = x.div_count(count));
 }

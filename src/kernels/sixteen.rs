@@ -1,65 +1,90 @@
-//! float16 and bfloat16: widen to f32, combine, round once back to 16 bits.
+//! float16 and bfloat16, portable: widen to f32, combine, round once back to 16 bits.
 //!
-//! Blocks of `BLOCK` elements are widened into stack arrays so that the conversions and the f32
-//! loop vectorize (half's slice conversions use F16C when the CPU has it).
+//! bfloat16 is the top half of an f32, so widening is a shift and narrowing a round-to-nearest-
+//! even on integers: plain loops the compiler vectorizes at whatever level the caller is
+//! compiled for. float16 needs real conversions; here they go through `half` in blocks (which
+//! uses F16C when the CPU has it); `x86.rs` has the fused intrinsic loops.
 
-use super::native::Arith;
+use super::native::{self, Arith};
 use super::Order;
 use crate::dtype::ReduceOp;
+use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-use half::{bf16, f16};
 
 const BLOCK: usize = 256;
 
-pub(super) trait Sixteen {
-    fn widen(src: &[u16], dst: &mut [f32]);
-    fn narrow(src: &[f32], dst: &mut [u16]);
+#[inline(always)]
+pub(super) fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
 }
 
-pub(super) enum F16 {}
-pub(super) enum BF16 {}
+/// Round to nearest, ties to even; NaN stays NaN (quieted), as `half` and `ml_dtypes` do.
+#[inline(always)]
+pub(super) fn f32_to_bf16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
+    let quiet_nan = (bits >> 16) | 0x0040;
+    let is_nan = (bits & 0x7FFF_FFFF) > 0x7F80_0000;
+    (if is_nan { quiet_nan } else { rounded }) as u16
+}
 
-// The kernels take the raw bits as u16 so that the byte casts stay in bytemuck's safe API.
-type Bits = u16;
+#[inline(always)]
+fn bf16_apply(acc: &mut [u16], other: &[u16], order: Order, f: impl Fn(f32, f32) -> f32) {
+    let combine = |a: u16, b: u16| {
+        let (a, b) = (bf16_to_f32(a), bf16_to_f32(b));
+        f32_to_bf16(match order {
+            Order::AccFirst => f(a, b),
+            Order::OtherFirst => f(b, a),
+        })
+    };
+    acc.iter_mut()
+        .zip(other)
+        .for_each(|(a, &b)| *a = combine(*a, b));
+}
 
-impl Sixteen for F16 {
-    fn widen(src: &[u16], dst: &mut [f32]) {
-        src.reinterpret_cast::<f16>().convert_to_f32_slice(dst);
-    }
-    fn narrow(src: &[f32], dst: &mut [u16]) {
-        dst.reinterpret_cast_mut::<f16>()
-            .convert_from_f32_slice(src);
+#[inline(always)]
+pub(super) fn bf16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: Order) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => bf16_apply(acc, other, order, f32::add),
+        ReduceOp::Prod => bf16_apply(acc, other, order, f32::mul),
+        ReduceOp::Min => bf16_apply(acc, other, order, Arith::min),
+        ReduceOp::Max => bf16_apply(acc, other, order, Arith::max),
     }
 }
 
-impl Sixteen for BF16 {
-    fn widen(src: &[u16], dst: &mut [f32]) {
-        src.reinterpret_cast::<bf16>().convert_to_f32_slice(dst);
-    }
-    fn narrow(src: &[f32], dst: &mut [u16]) {
-        dst.reinterpret_cast_mut::<bf16>()
-            .convert_from_f32_slice(src);
-    }
+#[inline(always)]
+pub(super) fn bf16_divide(buf: &mut [u16], count: usize) {
+    let divisor = count as f32;
+    buf.iter_mut()
+        .for_each(|x| *x = f32_to_bf16(bf16_to_f32(*x) / divisor));
 }
 
-pub(super) fn combine<S: Sixteen>(op: ReduceOp, acc: &mut [Bits], other: &[Bits], order: Order) {
+pub(super) fn f16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: Order) {
     let mut wide_acc = [0f32; BLOCK];
     let mut wide_other = [0f32; BLOCK];
     for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
         let n = acc.len();
-        S::widen(acc, &mut wide_acc[..n]);
-        S::widen(other, &mut wide_other[..n]);
-        super::native::combine::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order);
-        S::narrow(&wide_acc[..n], acc);
+        acc.reinterpret_cast::<f16>()
+            .convert_to_f32_slice(&mut wide_acc[..n]);
+        other
+            .reinterpret_cast::<f16>()
+            .convert_to_f32_slice(&mut wide_other[..n]);
+        native::combine::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order);
+        acc.reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(&wide_acc[..n]);
     }
 }
 
-pub(super) fn divide<S: Sixteen>(buf: &mut [Bits], count: usize) {
+pub(super) fn f16_divide(buf: &mut [u16], count: usize) {
     let mut wide = [0f32; BLOCK];
     for block in buf.chunks_mut(BLOCK) {
         let n = block.len();
-        S::widen(block, &mut wide[..n]);
+        block
+            .reinterpret_cast::<f16>()
+            .convert_to_f32_slice(&mut wide[..n]);
         wide[..n].iter_mut().for_each(|x| *x = x.div_count(count));
-        S::narrow(&wide[..n], block);
+        block
+            .reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(&wide[..n]);
     }
 }

@@ -33,7 +33,7 @@ impl Role {
     pub(crate) fn of(rank: usize, size: usize) -> Role {
         let remainder = size - largest_power_of_two(size);
         if rank < 2 * remainder {
-            if rank % 2 == 0 {
+            if rank.is_multiple_of(2) {
                 Role::Folded { partner: rank + 1 }
             } else {
                 Role::Core {

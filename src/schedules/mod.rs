@@ -80,7 +80,7 @@ pub fn allreduce(
     op: ReduceOp,
 ) -> Result<()> {
     let elem = dtype.size();
-    if buf.len() % elem != 0 {
+    if !buf.len().is_multiple_of(elem) {
         return Err(CoreError::InvalidArgument(format!(
             "a {} buffer must be a multiple of {elem} bytes, got {}",
             dtype.name(),
@@ -88,7 +88,7 @@ pub fn allreduce(
         )));
     }
     // An empty array's data pointer may be anything; there is nothing to align.
-    if !buf.is_empty() && (buf.as_ptr() as usize) % elem != 0 {
+    if !buf.is_empty() && !(buf.as_ptr() as usize).is_multiple_of(elem) {
         return Err(CoreError::InvalidArgument(format!(
             "a {} buffer must be aligned to {elem} bytes",
             dtype.name()

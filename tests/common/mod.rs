@@ -93,7 +93,7 @@ pub fn aligned_copy(bytes: &[u8], _elem: usize) -> AlignedBytes {
 pub fn exact_value(rank: usize, index: usize, op: ReduceOp) -> f64 {
     match op {
         ReduceOp::Prod => {
-            if (rank * 7 + index) % 11 == 0 && rank < 3 {
+            if (rank * 7 + index).is_multiple_of(11) && rank < 3 {
                 2.0
             } else {
                 1.0
