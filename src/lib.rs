@@ -5,11 +5,14 @@
 //! - [`kernels`]: element-wise reductions per dtype and op.
 //! - [`schedules`]: the algorithms (ring, halving-doubling, recursive doubling, native MPI).
 //! - [`runtime`]: process-wide MPI state (init, ringlet's communicator, finalize).
+//! - [`auto`]: the decision table behind `algorithm="auto"`; [`probe`]: its measurements.
 //! - `bindings`: the thin pyo3 module `ringlet._core`.
 
+pub mod auto;
 pub mod dtype;
 pub mod error;
 pub mod kernels;
+pub mod probe;
 pub mod runtime;
 pub mod schedules;
 pub mod transport;

@@ -102,6 +102,7 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
         // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
         let transport = unsafe { MpiTransport::duplicate(handle)? };
         state.transport = Some(transport);
+        crate::auto::clear(); // its choices were for the previous communicator
     }
     Ok(InitInfo {
         owns_mpi: state.universe.is_some(),
@@ -131,6 +132,7 @@ pub fn with_transport<R>(f: impl FnOnce(&MpiTransport) -> Result<R>) -> Result<R
 /// be called again.
 pub fn shutdown() {
     state().transport = None;
+    crate::auto::clear();
 }
 
 /// At interpreter exit: free the communicator, then finalize MPI if ringlet started it.

@@ -355,3 +355,38 @@ fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
         }
     }
 }
+
+#[test]
+fn broadcast_delivers_the_roots_bytes_to_every_rank() {
+    use _core::schedules::broadcast::broadcast;
+    use _core::transport::local::LocalTransport;
+    for n in [1usize, 2, 3, 4, 5, 7, 8, 13, 16, 17] {
+        for root in [0, n / 2, n - 1] {
+            let transports = LocalTransport::group(n);
+            let results: Vec<(Vec<u8>, usize)> = std::thread::scope(|scope| {
+                let handles: Vec<_> = transports
+                    .into_iter()
+                    .enumerate()
+                    .map(|(rank, t)| {
+                        scope.spawn(move || {
+                            let mut buf = vec![rank as u8; 1000];
+                            broadcast(&t, &mut buf, root).expect("broadcast");
+                            (buf, t.unreceived_messages())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("rank"))
+                    .collect()
+            });
+            for (rank, (buf, leftover)) in results.iter().enumerate() {
+                assert!(
+                    buf.iter().all(|&b| b == root as u8),
+                    "N={n} root={root} rank {rank}"
+                );
+                assert_eq!(*leftover, 0);
+            }
+        }
+    }
+}

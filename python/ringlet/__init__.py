@@ -12,7 +12,7 @@ from ._allreduce import allreduce
 from ._core import RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._runtime import barrier, init, is_initialized, owns_mpi, rank, shutdown, size, thread_level
-from .selector import ALGORITHMS
+from .selector import ALGORITHMS, calibrate, explain
 
 __all__ = [
     "ALGORITHMS",
@@ -21,6 +21,8 @@ __all__ = [
     "RingletError",
     "allreduce",
     "barrier",
+    "calibrate",
+    "explain",
     "init",
     "is_initialized",
     "owns_mpi",

@@ -1,4 +1,4 @@
-"""``ringlet.allreduce``: argument checks, the out-of-place copy, and the call into the core."""
+"""``ringlet.allreduce``: the fast path in Rust, and here the checks that explain bad calls."""
 
 from __future__ import annotations
 
@@ -9,11 +9,6 @@ import numpy as np
 from . import _core, selector
 from ._dtypes import SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._runtime import init
-
-
-def _bytes_of(array: np.ndarray) -> np.ndarray:
-    """A 1-D uint8 view of a C-contiguous array's memory (no copy)."""
-    return array.reshape(-1).view(np.uint8)
 
 
 def _why_not_in_place(array: np.ndarray) -> str | None:
@@ -44,40 +39,43 @@ def allreduce(
     ``op`` is "sum", "avg", "min", "max" or "prod" ("avg" is the sum divided by the number of
     ranks; integers truncate toward zero). ``x`` may have any shape and layout; with
     ``out=x`` the reduction happens in place with no copy (x must then be C-contiguous and
-    writeable). ``algorithm`` is "auto", "ring", "halving_doubling", "recursive_doubling" or
-    "mpi" (the MPI library's own MPI_Allreduce, not for 16-bit floats).
+    writeable). ``algorithm`` is "auto" or one of ``ringlet.ALGORITHMS``: "ring",
+    "pipelined_ring", "halving_doubling", "recursive_doubling" or "mpi" (the MPI library's own
+    MPI_Allreduce, not for 16-bit floats).
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
-    if x.__class__ is not np.ndarray:
-        if not isinstance(x, (np.ndarray, np.generic)):
-            raise TypeError(
-                f"allreduce takes a numpy.ndarray, got {type(x).__name__}; "
-                "convert it with numpy.asarray first"
-            )
-        x = np.asarray(x)
+    result = _core.allreduce_fast(x, op, out, algorithm)
+    if result is not None:
+        return result
+    return _allreduce_checked(x, op, out, algorithm)
+
+
+def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str) -> np.ndarray:
+    """Everything the fast path does not take: validation with clear errors, copies."""
+    if not isinstance(x, (np.ndarray, np.generic)):
+        raise TypeError(
+            f"allreduce takes a numpy.ndarray, got {type(x).__name__}; "
+            "convert it with numpy.asarray first"
+        )
+    x = np.asarray(x)
     name = dtype_name(x.dtype)
     check_op(op)
-    if algorithm != "auto":
-        selector.check_algorithm(algorithm)
+    selector.check_algorithm(algorithm)
     if algorithm == "mpi" and name in SIXTEEN_BIT_FLOATS:
         raise ValueError(
             f"algorithm 'mpi' cannot reduce {name}: MPI has no 16-bit float type; use 'auto', "
-            "'ring', 'halving_doubling' or 'recursive_doubling'"
+            "'ring', 'pipelined_ring', 'halving_doubling' or 'recursive_doubling'"
         )
-
     if out is None:
         native = x.dtype if x.dtype.isnative else x.dtype.newbyteorder("=")
         result = np.array(x, dtype=native, order="C", copy=True)
-    elif out is x and x.flags.carray and x.dtype.isnative:
-        result = x  # the common in-place call: C-contiguous, aligned, writeable
     else:
         result = _check_out(x, out)
-    if not _core.is_initialized():
-        init()
+    init()
     if algorithm == "auto":
         algorithm = selector.choose(result.nbytes, _core.size(), name, op)
-    _core.allreduce(_bytes_of(result), name, op, algorithm)
+    _core.allreduce(result, name, op, algorithm)
     return result
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _core
+
 SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 """NumPy dtype names; bfloat16 is ``ml_dtypes.bfloat16``."""
 
@@ -31,6 +33,7 @@ def dtype_name(dtype: np.dtype) -> str:
         )
     if dtype.isnative:
         _KNOWN[dtype] = name
+        _core.register_dtype(dtype, name)  # the Rust fast path now takes this dtype directly
     return name
 
 
@@ -38,3 +41,7 @@ def check_op(op: str) -> str:
     if op.__class__ is not str or op not in _OPS:
         raise ValueError(f"unknown op {op!r}; accepted: {', '.join(map(repr, OPS))}")
     return op
+
+
+for _name in ("float32", "float64", "float16", "int32", "int64"):
+    dtype_name(np.dtype(_name))

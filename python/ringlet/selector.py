@@ -1,21 +1,61 @@
-"""Which algorithm ``algorithm="auto"`` runs.
+"""Which algorithm ``algorithm="auto"`` runs, and why.
 
-For now a fixed rule measured on a 2-core Open MPI 4.1 node (benchmarks/RESULTS.md): recursive
-doubling while latency dominates, the ring once bandwidth does. ``RINGLET_ALGORITHM`` overrides
-it for every call.
+Each candidate's time is predicted with the alpha-beta-gamma (Hockney) model (the formulas of
+the MPICH/Open MPI literature, ../shared/seeds/003): alpha seconds per message, beta seconds per
+byte moved between two ranks, gamma seconds per byte reduced (per dtype). The three are measured
+on this machine by a short calibration, and the model is then corrected by timing the
+candidates themselves at a few sizes: ``predicted = model x (measured / model)``, interpolated
+in log-size between the calibrated sizes. The correction is what catches what the model cannot
+see (cache effects, the MPI library's own tricks).
+
+The calibration runs once per host set, rank count, MPI library and ringlet version, on the
+first ``auto`` call (it is collective: every rank takes part), and is cached as JSON in
+``$RINGLET_CACHE_DIR`` (default ``$XDG_CACHE_HOME/ringlet`` or ``~/.cache/ringlet``). Rank 0's
+parameters are broadcast, so every rank makes the same choice. The choices are compiled into a
+size table inside the Rust core, so a decision costs a binary search, not a Python call.
+
+Overrides (read when the table is built, i.e. at the first ``auto`` call):
+
+- ``algorithm=`` on the call;
+- ``RINGLET_ALGORITHM=ring`` (any name below) for every ``auto`` call;
+- ``RINGLET_AUTO_TABLE="recursive_doubling:32K,halving_doubling:8M,pipelined_ring"``: explicit
+  thresholds (each algorithm up to and including its size, the last for everything larger);
+- ``RINGLET_CALIBRATE=0``: no calibration, the model with built-in parameters only.
 """
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+import json
+import math
 import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-from ._dtypes import SIXTEEN_BIT_FLOATS
+import numpy as np
+
+from . import _core
+from ._dtypes import SIXTEEN_BIT_FLOATS, SUPPORTED_DTYPES, check_op
 
 ALGORITHMS = ("ring", "pipelined_ring", "halving_doubling", "recursive_doubling", "mpi")
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts, besides "auto"."""
 
-SMALL_MESSAGE_BYTES = 32 * 1024
-"""Up to this size recursive doubling (log2 N rounds) beats the ring (2(N-1) rounds)."""
+CACHE_FORMAT = 1
+CALIBRATION_SIZES = (8, 256, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20)
+"""float32 message sizes (bytes) at which calibration times every candidate."""
+LARGE_CALIBRATION_SIZE = 64 << 20
+"""Also timed, for the two best candidates at the largest size above: beyond the last-level
+cache the winners change."""
+
+# Built-in parameters (a 2-core AMD EPYC VM, Open MPI 4.1): used with RINGLET_CALIBRATE=0
+# and by explain() before any calibration exists.
+DEFAULT_ALPHA = 1.5e-6
+DEFAULT_BETA = 1 / 6e9
+DEFAULT_GAMMA = 1 / 30e9
 
 
 def check_algorithm(algorithm: str) -> str:
@@ -27,14 +67,448 @@ def check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
-def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
-    """The algorithm for an allreduce of ``nbytes`` over ``size`` ranks."""
-    forced = os.environ.get("RINGLET_ALGORITHM")
-    if forced and forced != "auto":
+def candidates(dtype: str) -> tuple[str, ...]:
+    """The algorithms that can reduce ``dtype`` (MPI has no 16-bit floats)."""
+    if dtype in SIXTEEN_BIT_FLOATS:
+        return tuple(a for a in ALGORITHMS if a != "mpi")
+    return ALGORITHMS
+
+
+@dataclass
+class Parameters:
+    """What calibration measured, and the corrections it derived."""
+
+    alpha: float = DEFAULT_ALPHA
+    beta: float = DEFAULT_BETA
+    gamma: dict[str, float] = field(default_factory=dict)
+    # algorithm -> [(bytes, measured / model)], from float32 timings, sorted by bytes.
+    corrections: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    key: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    calibration_seconds: float = 0.0
+    source: str = "built-in defaults"
+
+    def gamma_of(self, dtype: str) -> float:
+        return self.gamma.get(dtype, DEFAULT_GAMMA)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("source")
+        data["format"] = CACHE_FORMAT
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> Parameters:
+        """Parse and check a cached calibration; ValueError if anything is off."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.pop("format", None) != CACHE_FORMAT:
+            raise ValueError("not a ringlet calibration of this format")
+        params = cls(**data, source=source)
+        numbers = [params.alpha, params.beta, *params.gamma.values()]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
+            raise ValueError("parameters must be positive numbers")
+        params.corrections = {
+            name: sorted((int(b), float(r)) for b, r in points)
+            for name, points in params.corrections.items()
+        }
+        ratios = [r for points in params.corrections.values() for _, r in points]
+        if not all(math.isfinite(r) and r > 0 for r in ratios):
+            raise ValueError("corrections must be positive numbers")
+        return params
+
+
+def log2_floor(n: int) -> int:
+    return max(n, 1).bit_length() - 1
+
+
+def model_seconds(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters) -> float:
+    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks."""
+    if size <= 1:
+        return 0.0
+    a, b, g = params.alpha, params.beta, params.gamma_of(dtype)
+    m, n = float(nbytes), size
+    pof2 = 1 << log2_floor(n)
+    folded = n != pof2
+    if algorithm == "ring":
+        return 2 * (n - 1) * a + 2 * (n - 1) / n * m * b + (n - 1) / n * m * g
+    if algorithm == "pipelined_ring":
+        segments = max(1, math.ceil(m / n / _core.segment_bytes()))
+        return 2 * (n - 1) * segments * a + 2 * (n - 1) / n * m * b + (n - 1) / n * m * g
+    if algorithm == "halving_doubling":
+        core = 2 * log2_floor(pof2) * a + 2 * (pof2 - 1) / pof2 * m * b + (pof2 - 1) / pof2 * m * g
+        return core + ((3 * a + 2 * m * b + m * g) if folded else 0.0)
+    if algorithm == "recursive_doubling":
+        pieces = max(1, math.ceil(m / (64 << 10)))
+        rounds = log2_floor(pof2) + (2 if folded else 0)
+        return rounds * pieces * a + rounds * m * b + (rounds - folded) * m * g
+    if algorithm == "mpi":
+        # Open MPI and MPICH run recursive doubling for small messages, Rabenseifner for large.
+        return min(
+            model_seconds("recursive_doubling", nbytes, size, dtype, params),
+            model_seconds("halving_doubling", nbytes, size, dtype, params),
+        )
+    raise ValueError(f"no model for {algorithm!r}")
+
+
+def correction(algorithm: str, nbytes: int, params: Parameters) -> float:
+    """measured / model at ``nbytes``, interpolated in log-size (1.0 without measurements)."""
+    points = params.corrections.get(algorithm)
+    if not points:
+        return 1.0
+    sizes = [p[0] for p in points]
+    i = bisect.bisect_left(sizes, nbytes)
+    if i == 0:
+        return points[0][1]
+    if i == len(points):
+        return points[-1][1]
+    (s0, r0), (s1, r1) = points[i - 1], points[i]
+    t = (math.log(max(nbytes, 1)) - math.log(s0)) / (math.log(s1) - math.log(s0))
+    return math.exp((1 - t) * math.log(r0) + t * math.log(r1))
+
+
+def predict(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters) -> float:
+    model = model_seconds(algorithm, nbytes, size, dtype, params)
+    return model * correction(algorithm, nbytes, params)
+
+
+def best(nbytes: int, size: int, dtype: str, params: Parameters) -> str:
+    options = candidates(dtype)
+    return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params), options.index(a)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision table: built once per communicator, installed in the Rust core.
+
+_params: Parameters | None = None
+_table: dict[str, list[tuple[int, str]]] = {}
+_table_size = 0
+TABLE_LIMIT = 1 << 62
+
+
+def _parse_bytes(text: str) -> int:
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def _table_from_env(spec: str, dtype: str) -> list[tuple[int, str]]:
+    """``"recursive_doubling:32K,halving_doubling:8M,pipelined_ring"`` as ranges."""
+    ranges = []
+    for part in spec.split(","):
+        name, _, limit = part.strip().partition(":")
+        check_algorithm(name)
+        if name == "mpi" and dtype in SIXTEEN_BIT_FLOATS:
+            name = "ring"  # MPI cannot reduce 16-bit floats; the ring takes those
+        ranges.append((_parse_bytes(limit) if limit else TABLE_LIMIT, name))
+    if not ranges or ranges[-1][0] != TABLE_LIMIT:
+        ranges.append((TABLE_LIMIT, ranges[-1][1] if ranges else "ring"))
+    return ranges
+
+
+def _table_from_model(dtype: str, size: int, params: Parameters) -> list[tuple[int, str]]:
+    """The winner at sizes 2^(k/2), merged into ranges; a switch happens halfway (in log)."""
+    grid = sorted({max(1, round(2 ** (k / 2))) for k in range(0, 2 * 40 + 1)})
+    ranges: list[tuple[int, str]] = []
+    previous_size, previous = grid[0], best(grid[0], size, dtype, params)
+    for nbytes in grid[1:]:
+        winner = best(nbytes, size, dtype, params)
+        if winner != previous:
+            ranges.append((int(math.sqrt(previous_size * nbytes)), previous))
+            previous = winner
+        previous_size = nbytes
+    ranges.append((TABLE_LIMIT, previous))
+    return ranges
+
+
+def build_table(size: int, params: Parameters) -> dict[str, list[tuple[int, str]]]:
+    forced = os.environ.get("RINGLET_ALGORITHM", "auto")
+    spec = os.environ.get("RINGLET_AUTO_TABLE")
+    if forced != "auto":
         check_algorithm(forced)
-        if forced == "mpi" and dtype in SIXTEEN_BIT_FLOATS:
-            return "ring"  # MPI cannot reduce 16-bit floats; the override cannot apply here.
-        return forced
-    if nbytes <= SMALL_MESSAGE_BYTES:
-        return "recursive_doubling"
-    return "ring"
+        spec = forced
+    table = {}
+    for dtype in SUPPORTED_DTYPES:
+        if size <= 1:
+            table[dtype] = [(TABLE_LIMIT, "ring")]  # a no-op on one rank
+        elif spec:
+            table[dtype] = _table_from_env(spec, dtype)
+        else:
+            table[dtype] = _table_from_model(dtype, size, params)
+    return table
+
+
+def _install(size: int, params: Parameters) -> None:
+    global _params, _table, _table_size
+    _params, _table, _table_size = params, build_table(size, params), size
+    _core.set_auto_table(
+        [(dtype, limit, name) for dtype, ranges in _table.items() for limit, name in ranges]
+    )
+
+
+def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
+    """The algorithm ``auto`` runs for this call. The first call per communicator is collective
+    (it loads or runs the calibration)."""
+    check_op(op)
+    if _core.auto_choice(dtype, nbytes) is None or size != _table_size:
+        _install(size, parameters())
+    ranges = _table[dtype]
+    return ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: measure, cache, broadcast.
+
+
+def cache_dir() -> Path:
+    if os.environ.get("RINGLET_CACHE_DIR"):
+        return Path(os.environ["RINGLET_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ringlet"
+
+
+def _allgather_text(text: str, width: int = 256) -> list[str]:
+    """Every rank's ``text`` (at most ``width`` UTF-8 bytes), through an allreduce max."""
+    from ._allreduce import allreduce
+
+    rank, size = _core.rank(), _core.size()
+    table = np.zeros((size, width), dtype=np.int32)
+    encoded = text.encode()[:width]
+    table[rank, : len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    table = allreduce(table, "max", algorithm="ring")
+    return [bytes(row[row > 0].astype(np.uint8)).decode(errors="replace") for row in table]
+
+
+def calibration_key() -> dict[str, Any]:
+    """What a calibration depends on. Collective."""
+    import platform
+
+    from . import __version__
+
+    hosts = _allgather_text(platform.node())
+    return {
+        "hosts": sorted(set(hosts)),
+        "ranks_per_host": sorted(hosts.count(h) for h in set(hosts)),
+        "size": _core.size(),
+        "mpi": _core.mpi_library_version().splitlines()[0],
+        "ringlet": __version__,
+        "kernels": _core.kernel_level(),
+        "segment_bytes": _core.segment_bytes(),
+    }
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"calibration-{digest}.json"
+
+
+def _load(path: Path, key: dict[str, Any]) -> Parameters | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        params = Parameters.from_json(text, source=str(path))
+    except (ValueError, TypeError, KeyError) as exc:
+        warnings.warn(
+            f"ringlet: ignoring unreadable calibration cache {path} ({exc}); recalibrating",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    return params if params.key == key else None
+
+
+def _broadcast_text(text: str) -> str:
+    length = np.array([len(text.encode())], dtype=np.int64)
+    _core.broadcast(length, 0)
+    data = np.zeros(int(length[0]), dtype=np.uint8)
+    if _core.rank() == 0:
+        data[:] = np.frombuffer(text.encode(), dtype=np.uint8)
+    _core.broadcast(data, 0)
+    return data.tobytes().decode()
+
+
+def _max_over_ranks(values: np.ndarray) -> np.ndarray:
+    from ._allreduce import allreduce
+
+    return allreduce(np.ascontiguousarray(values, dtype=np.float64), "max", algorithm="ring")
+
+
+def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> dict[str, float]:
+    """Median seconds (the slowest rank's, per run) of each algorithm on float32 zeros."""
+    from ._allreduce import allreduce
+
+    buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
+    samples = np.zeros((len(algorithms), repeats))
+    for i in range(repeats):
+        for j, name in enumerate(algorithms):  # interleaved, so noise hits all alike
+            _core.barrier()
+            start = time.perf_counter()
+            allreduce(buf, "sum", out=buf, algorithm=name)
+            samples[j, i] = time.perf_counter() - start
+    samples = _max_over_ranks(samples)
+    return {name: float(np.median(samples[j])) for j, name in enumerate(algorithms)}
+
+
+def _measure(key: dict[str, Any]) -> Parameters:
+    """Run the calibration. Collective; a few hundred milliseconds."""
+    started = time.perf_counter()
+    size = _core.size()
+    small = _max_over_ranks(np.array([_core.measure_sendrecv(8, 200)]))[0]
+    large = _max_over_ranks(np.array([_core.measure_sendrecv(1 << 20, 20)]))[0]
+    probe = 256 << 10
+    gamma_samples = [_core.measure_combine(d, probe, 20) / probe for d in SUPPORTED_DTYPES]
+    gammas = _max_over_ranks(np.array(gamma_samples))
+    params = Parameters(
+        alpha=max(small, 1e-9),
+        beta=max((large - small) / (1 << 20), 1e-13),
+        gamma={d: max(float(g), 1e-13) for d, g in zip(SUPPORTED_DTYPES, gammas)},
+        key=key,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    measured: dict[str, list[tuple[int, float]]] = {name: [] for name in ALGORITHMS}
+
+    def record(nbytes: int, times: dict[str, float]) -> None:
+        for name, seconds in times.items():
+            model = model_seconds(name, nbytes, size, "float32", params)
+            measured[name].append((nbytes, max(seconds, 1e-9) / max(model, 1e-12)))
+
+    last: dict[str, float] = {}
+    for nbytes in CALIBRATION_SIZES:
+        last = _time_candidates(nbytes, ALGORITHMS, 7 if nbytes < (1 << 20) else 3)
+        record(nbytes, last)
+    leaders = tuple(sorted(last, key=last.__getitem__)[:2])
+    record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, leaders, 3))
+    params.corrections = measured
+    params.calibration_seconds = time.perf_counter() - started
+    return params
+
+
+def parameters(recalibrate: bool = False) -> Parameters:
+    """This communicator's parameters: cached, or measured now (collective)."""
+    if _core.size() <= 1:
+        return Parameters(source="one rank: nothing to choose")
+    if os.environ.get("RINGLET_CALIBRATE", "1") == "0":
+        return Parameters(source="built-in defaults (RINGLET_CALIBRATE=0)")
+    key = calibration_key()
+    path = cache_path(key)
+    text = ""
+    if _core.rank() == 0 and not recalibrate:
+        cached = _load(path, key)
+        text = cached.to_json() if cached else ""
+    text = _broadcast_text(text)
+    if text:
+        return Parameters.from_json(text, source=str(path))
+    params = _measure(key)
+    text = _broadcast_text(params.to_json() if _core.rank() == 0 else "")
+    params = Parameters.from_json(text, source=f"calibrated now, saved to {path}")
+    if _core.rank() == 0:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(text)
+            tmp.replace(path)  # atomic: another job never reads half a file
+        except OSError as exc:
+            warnings.warn(f"ringlet: cannot save calibration to {path}: {exc}", stacklevel=2)
+    return params
+
+
+def calibrate() -> Parameters:
+    """Measure this machine again (collective), save the result and rebuild the table."""
+    from ._runtime import init
+
+    init()
+    params = parameters(recalibrate=True)
+    _install(_core.size(), params)
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+@dataclass
+class Candidate:
+    algorithm: str
+    model_us: float
+    correction: float
+    predicted_us: float
+
+
+@dataclass
+class Explanation:
+    nbytes: int
+    dtype: str
+    op: str
+    size: int
+    choice: str
+    reason: str
+    candidates: list[Candidate]
+    parameters: str
+
+    def __str__(self) -> str:
+        lines = [
+            f"allreduce of {_human(self.nbytes)} {self.dtype} ({self.op}) on {self.size} ranks",
+            f"  {'algorithm':<20}{'model us':>12}{'measured/model':>16}{'predicted us':>14}",
+        ]
+        for c in self.candidates:
+            mark = "  <- chosen" if c.algorithm == self.choice else ""
+            lines.append(
+                f"  {c.algorithm:<20}{c.model_us:>12.1f}{c.correction:>16.2f}"
+                f"{c.predicted_us:>14.1f}{mark}"
+            )
+        lines.append(f"  choice: {self.choice} ({self.reason})")
+        lines.append(f"  parameters: {self.parameters}")
+        return "\n".join(lines)
+
+
+def _human(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} B"
+
+
+def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None) -> Explanation:
+    """Print and return each candidate's predicted time for an allreduce and the choice.
+
+    ``x_or_nbytes`` is an array (its size and dtype are used) or a byte count (``dtype``
+    defaults to float32). Not collective: without a calibration yet, it says so and uses the
+    cached one if any, or the built-in parameters.
+    """
+    from ._dtypes import dtype_name
+    from ._runtime import init
+
+    init()
+    if isinstance(x_or_nbytes, (int, np.integer)):
+        nbytes, name = int(x_or_nbytes), dtype or "float32"
+        if name not in SUPPORTED_DTYPES:
+            raise TypeError(f"unsupported dtype {name!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
+    else:
+        array = np.asarray(x_or_nbytes)
+        nbytes, name = array.nbytes, dtype_name(array.dtype)
+    check_op(op)
+    size = _core.size()
+    params = _params if _params is not None and _table_size == size else Parameters()
+    rows = [
+        Candidate(
+            a,
+            model_seconds(a, nbytes, size, name, params) * 1e6,
+            correction(a, nbytes, params),
+            predict(a, nbytes, size, name, params) * 1e6,
+        )
+        for a in candidates(name)
+    ]
+    if _table and _table_size == size:
+        ranges = _table[name]
+        choice = ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
+        overridden = "RINGLET_ALGORITHM" in os.environ or "RINGLET_AUTO_TABLE" in os.environ
+        reason = "set by the environment" if overridden else "lowest predicted time"
+    else:
+        choice = best(nbytes, size, name, params)
+        reason = "lowest predicted time; no calibration yet in this process"
+    if size <= 1:
+        reason = "one rank: every algorithm is a no-op"
+    explanation = Explanation(nbytes, name, op, size, choice, reason, rows, params.source)
+    print(explanation)
+    return explanation

@@ -5,11 +5,15 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::CoreError;
 use crate::runtime::{self, Parent};
 use crate::schedules;
-use numpy::PyReadwriteArray1;
+use crate::{auto, probe};
+use numpy::npyffi::flags::{NPY_ARRAY_ALIGNED, NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WRITEABLE};
+use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
 
 create_exception!(
     ringlet._core,
@@ -120,12 +124,129 @@ fn max_message_bytes(py: Python<'_>) -> PyResult<usize> {
     })
 }
 
-/// Allreduce `buf` in place. `buf` is the array's bytes (a 1-D uint8 view of a C-contiguous
-/// array); `dtype` names what they hold.
+/// The bytes of a C-contiguous, aligned, writeable NumPy array, or `None` if it is not one.
+///
+/// # Safety
+/// The slice aliases the array's memory: the caller keeps `array` alive while using it, and
+/// the array must not be resized or written by anyone else meanwhile (the documented contract
+/// of every ringlet call, as of MPI's own buffers).
+unsafe fn writable_bytes<'a>(array: &Bound<'_, PyUntypedArray>) -> Option<&'a mut [u8]> {
+    let required = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
+    let fields = &(*array.as_array_ptr()).fields;
+    if fields.flags & required != required {
+        return None;
+    }
+    let nbytes = array.len() * array.dtype().itemsize();
+    if nbytes == 0 {
+        return Some(&mut []);
+    }
+    Some(std::slice::from_raw_parts_mut(
+        fields.data.cast::<u8>(),
+        nbytes,
+    ))
+}
+
+/// Dtype objects the Python layer has vetted, so the fast path can recognize them by identity
+/// (bfloat16 has no fixed NumPy type number).
+static KNOWN_DTYPES: Mutex<Vec<(Py<PyArrayDescr>, DType)>> = Mutex::new(Vec::new());
+
+fn known_dtype(descr: &Bound<'_, PyArrayDescr>) -> Option<DType> {
+    let known = KNOWN_DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .iter()
+        .find(|(d, _)| d.as_ptr() == descr.as_ptr())
+        .map(|(_, dtype)| *dtype)
+}
+
+/// Tell the fast path that `descr` (a native-byte-order dtype object) holds `name` elements.
+#[pyfunction]
+fn register_dtype(descr: Bound<'_, PyArrayDescr>, name: &str) -> PyResult<()> {
+    let dtype = DType::from_name(name)?;
+    if descr.itemsize() != dtype.size() || !descr.is_native_byteorder().unwrap_or(true) {
+        return Err(PyValueError::new_err(format!(
+            "{descr} cannot hold {name} elements"
+        )));
+    }
+    let mut known = KNOWN_DTYPES.lock().unwrap_or_else(|e| e.into_inner());
+    if !known.iter().any(|(d, _)| d.as_ptr() == descr.as_ptr()) {
+        known.push((descr.unbind(), dtype));
+    }
+    Ok(())
+}
+
+fn run_allreduce(
+    py: Python<'_>,
+    bytes: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    schedule: &'static dyn schedules::Schedule,
+) -> PyResult<()> {
+    detached(py, || {
+        runtime::with_transport(|t| schedules::allreduce(t, schedule, bytes, dtype, op))
+    })
+}
+
+/// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
+/// `out` None or `x` itself (C-contiguous, aligned, writeable), ringlet initialized, and for
+/// "auto" a decision table installed. Returns the result, or None to let the Python layer take
+/// the call (it validates everything and explains what is wrong).
+#[pyfunction]
+fn allreduce_fast<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    op: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    algorithm: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let (Ok(array), Ok(op), Ok(algorithm)) = (
+        x.cast::<PyUntypedArray>(),
+        op.cast::<PyString>(),
+        algorithm.cast::<PyString>(),
+    ) else {
+        return Ok(None);
+    };
+    let (op, algorithm) = (op.to_str()?, algorithm.to_str()?);
+    let (Some(dtype), Ok(op)) = (known_dtype(&array.dtype()), ReduceOp::from_name(op)) else {
+        return Ok(None);
+    };
+    let in_place = match out {
+        None => false,
+        Some(out) if out.is(x) => true,
+        Some(_) => return Ok(None),
+    };
+    if !runtime::is_initialized() {
+        return Ok(None);
+    }
+    let nbytes = array.len() * dtype.size();
+    let schedule = if algorithm == "auto" {
+        match auto::choose(dtype, nbytes) {
+            Some(schedule) => schedule,
+            None => return Ok(None),
+        }
+    } else {
+        match schedules::by_name(algorithm) {
+            Ok(schedule) => schedule,
+            Err(_) => return Ok(None),
+        }
+    };
+    let target = if in_place {
+        array.clone()
+    } else {
+        x.call_method0("copy")?.cast_into::<PyUntypedArray>()?
+    };
+    // SAFETY: `target` stays alive (and owned by this call or the caller) until we return.
+    let Some(bytes) = (unsafe { writable_bytes(&target) }) else {
+        return Ok(None);
+    };
+    run_allreduce(py, bytes, dtype, op, schedule)?;
+    Ok(Some(target.into_any()))
+}
+
+/// Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements.
 #[pyfunction]
 fn allreduce(
     py: Python<'_>,
-    mut buf: PyReadwriteArray1<'_, u8>,
+    array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
     op: &str,
     algorithm: &str,
@@ -133,12 +254,63 @@ fn allreduce(
     let dtype = DType::from_name(dtype)?;
     let op = ReduceOp::from_name(op)?;
     let schedule = schedules::by_name(algorithm)?;
-    let bytes = buf
-        .as_slice_mut()
-        .map_err(|e| PyValueError::new_err(format!("allreduce needs a contiguous buffer: {e}")))?;
+    if array.dtype().itemsize() != dtype.size() {
+        return Err(PyValueError::new_err(format!(
+            "the array's elements are {} bytes, not a {}'s {}",
+            array.dtype().itemsize(),
+            dtype.name(),
+            dtype.size()
+        )));
+    }
+    // SAFETY: `array` is borrowed from the caller for the whole call.
+    let bytes = unsafe { writable_bytes(array) }.ok_or_else(|| {
+        PyValueError::new_err("allreduce needs a C-contiguous, aligned, writeable array")
+    })?;
+    run_allreduce(py, bytes, dtype, op, schedule)
+}
+
+/// Broadcast a C-contiguous, aligned, writeable array from `root`, in place.
+#[pyfunction]
+fn broadcast(py: Python<'_>, array: &Bound<'_, PyUntypedArray>, root: usize) -> PyResult<()> {
+    // SAFETY: `array` is borrowed from the caller for the whole call.
+    let bytes = unsafe { writable_bytes(array) }.ok_or_else(|| {
+        PyValueError::new_err("broadcast needs a C-contiguous, aligned, writeable array")
+    })?;
     detached(py, || {
-        runtime::with_transport(|t| schedules::allreduce(t, schedule, bytes, dtype, op))
+        runtime::with_transport(|t| schedules::broadcast::broadcast(t, bytes, root))
     })
+}
+
+/// Install the "auto" decision table: (dtype, largest bytes, algorithm) ranges.
+#[pyfunction]
+fn set_auto_table(entries: Vec<(String, u64, String)>) -> PyResult<()> {
+    Ok(auto::install(&entries)?)
+}
+
+#[pyfunction]
+fn clear_auto_table() {
+    auto::clear();
+}
+
+/// What the installed table picks for `nbytes` of `dtype`, or None without a table.
+#[pyfunction]
+fn auto_choice(dtype: &str, nbytes: usize) -> PyResult<Option<&'static str>> {
+    Ok(auto::choose(DType::from_name(dtype)?, nbytes).map(|s| s.name()))
+}
+
+/// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.
+#[pyfunction]
+fn measure_sendrecv(py: Python<'_>, nbytes: usize, repeats: usize) -> PyResult<f64> {
+    detached(py, || {
+        runtime::with_transport(|t| probe::sendrecv_seconds(t, nbytes, repeats))
+    })
+}
+
+/// Median seconds to sum `nbytes` of `dtype` into an accumulator, in cache. Local.
+#[pyfunction]
+fn measure_combine(py: Python<'_>, dtype: &str, nbytes: usize, repeats: usize) -> PyResult<f64> {
+    let dtype = DType::from_name(dtype)?;
+    detached(py, || probe::combine_seconds(dtype, nbytes, repeats))
 }
 
 /// Segment size of the pipelined ring; every rank must use the same value.
@@ -180,5 +352,10 @@ mod _core {
         algorithms, allreduce, barrier, dtypes, finalize, init, is_initialized, kernel_level,
         max_message_bytes, mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes,
         set_segment_bytes, shutdown, size, RingletError,
+    };
+    #[pymodule_export]
+    use super::{
+        allreduce_fast, auto_choice, broadcast, clear_auto_table, measure_combine,
+        measure_sendrecv, register_dtype, set_auto_table,
     };
 }

@@ -5,6 +5,7 @@
 //! algorithm means one new file here plus one line in [`SCHEDULES`].
 
 mod blocks;
+pub mod broadcast;
 pub mod halving_doubling;
 pub mod native;
 pub mod pipelined_ring;

@@ -119,19 +119,33 @@ def test_non_contiguous_out_raises_value_error():
         ringlet.allreduce(np.ones(4, dtype=np.float32), out=out)
 
 
-def test_the_core_rejects_bad_names_itself():
+def test_the_core_rejects_bad_arguments_itself():
     """The bindings validate too, so a caller that skips the Python layer still gets errors."""
-    buf = np.zeros(8, dtype=np.uint8)
+    buf = np.zeros(8, dtype=np.float32)
     with pytest.raises(TypeError, match=r"unsupported dtype"):
         _core.allreduce(buf, "complex64", "sum", "ring")
     with pytest.raises(ValueError, match=r"unknown op"):
         _core.allreduce(buf, "float32", "mean", "ring")
     with pytest.raises(ValueError, match=r"unknown algorithm"):
         _core.allreduce(buf, "float32", "sum", "tree")
-    with pytest.raises(ValueError, match=r"multiple of 4 bytes"):
-        _core.allreduce(np.zeros(7, dtype=np.uint8), "float32", "sum", "ring")
-    with pytest.raises(ValueError, match=r"aligned"):
-        _core.allreduce(np.zeros(9, dtype=np.uint8)[1:], "float64", "sum", "ring")
+    with pytest.raises(ValueError, match=r"elements are 1 bytes, not a float32's 4"):
+        _core.allreduce(np.zeros(8, dtype=np.uint8), "float32", "sum", "ring")
+    with pytest.raises(ValueError, match=r"C-contiguous, aligned, writeable"):
+        _core.allreduce(np.zeros(9, dtype=np.float64)[::2], "float64", "sum", "ring")
+    unaligned = np.zeros(17, dtype=np.uint8)[1:].view(np.float64)
+    with pytest.raises(ValueError, match=r"C-contiguous, aligned, writeable"):
+        _core.allreduce(unaligned, "float64", "sum", "ring")
+    with pytest.raises(ValueError, match=r"C-contiguous, aligned, writeable"):
+        _core.broadcast(np.zeros(8, dtype=np.float32)[::2], 0)
+
+
+def test_misaligned_arrays_are_reduced_out_of_place_and_refused_in_place(size):
+    unaligned = np.zeros(17, dtype=np.uint8)[1:].view(np.float64)
+    unaligned[:] = [1.5, -2.0]
+    assert not unaligned.flags.aligned
+    assert np.array_equal(ringlet.allreduce(unaligned), np.array([1.5, -2.0]) * size)
+    with pytest.raises(ValueError, match=r"not aligned"):
+        ringlet.allreduce(unaligned, out=unaligned)
 
 
 def test_errors_are_exceptions_not_panics():

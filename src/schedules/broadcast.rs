@@ -1,0 +1,35 @@
+//! Broadcast from `root` along a binomial tree: ⌈log2 N⌉ rounds, each rank receives once from
+//! its parent and sends to its children. Used to share rank 0's selector parameters, and by the
+//! Horovod-style `broadcast`.
+
+use crate::error::{CoreError, Result};
+use crate::transport::Transport;
+
+pub fn broadcast(transport: &dyn Transport, buf: &mut [u8], root: usize) -> Result<()> {
+    let (n, rank) = (transport.size(), transport.rank());
+    if root >= n {
+        return Err(CoreError::InvalidArgument(format!(
+            "root {root} is outside a group of {n} ranks"
+        )));
+    }
+    // Ranks relative to the root, so the root is 0 of the tree.
+    let relative = (rank + n - root) % n;
+    let real = |r: usize| (r + root) % n;
+    let mut mask = 1;
+    while mask < n {
+        if relative & mask != 0 {
+            transport.irecv(buf, real(relative - mask))?.wait()?;
+            break;
+        }
+        mask <<= 1;
+    }
+    // Children: relative + m for every power of two m below the bit this rank received on.
+    mask >>= 1;
+    while mask > 0 {
+        if relative + mask < n {
+            transport.isend(buf, real(relative + mask))?.wait()?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
