@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod probe;
 pub mod runtime;
 pub mod schedules;
+pub mod stats;
 pub mod transport;
 
 mod bindings;

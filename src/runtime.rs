@@ -128,6 +128,21 @@ pub fn with_transport<R>(f: impl FnOnce(&MpiTransport) -> Result<R>) -> Result<R
     f(transport)
 }
 
+/// One allreduce on ringlet's communicator, counted in [`crate::stats`].
+pub fn allreduce(
+    schedule: &'static dyn crate::schedules::Schedule,
+    buf: &mut [u8],
+    dtype: crate::dtype::DType,
+    op: crate::dtype::ReduceOp,
+) -> Result<()> {
+    with_transport(|transport| {
+        let started = std::time::Instant::now();
+        crate::schedules::allreduce(transport, schedule, buf, dtype, op)?;
+        crate::stats::record(schedule.name(), buf.len(), started.elapsed());
+        Ok(())
+    })
+}
+
 /// Free ringlet's communicator. MPI itself stays up (it cannot be restarted), so `init` may
 /// be called again.
 pub fn shutdown() {

@@ -41,7 +41,12 @@ def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
     ]
     print(f"\n=== {size} rank{'s' if size > 1 else ''}: {' '.join(command)}", flush=True)
     started = time.monotonic()
-    environment = {**os.environ, "RINGLET_TEST_REPORTS": str(reports)}
+    # One calibration per rank count, shared by that run's tests, never the user's cache.
+    environment = {
+        **os.environ,
+        "RINGLET_TEST_REPORTS": str(reports),
+        "RINGLET_CACHE_DIR": str(ROOT / "build" / "test-cache"),
+    }
     code = subprocess.call(command, cwd=ROOT, env=environment)
     passed = failed = skipped = 0
     for rank in range(size):
@@ -66,6 +71,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8])
     args, pytest_args = parser.parse_known_args()
+    shutil.rmtree(ROOT / "build" / "test-cache", ignore_errors=True)
     totals = [run(size, pytest_args or ["-q", "tests/python"]) for size in args.sizes]
     passed = sum(t[0] for t in totals)
     failed = sum(t[1] for t in totals)

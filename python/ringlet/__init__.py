@@ -11,7 +11,18 @@ from . import selector
 from ._allreduce import allreduce
 from ._core import RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
-from ._runtime import barrier, init, is_initialized, owns_mpi, rank, shutdown, size, thread_level
+from ._runtime import (
+    barrier,
+    init,
+    is_initialized,
+    owns_mpi,
+    rank,
+    reset_stats,
+    shutdown,
+    size,
+    stats,
+    thread_level,
+)
 from .selector import ALGORITHMS, calibrate, explain
 
 __all__ = [
@@ -27,9 +38,11 @@ __all__ = [
     "is_initialized",
     "owns_mpi",
     "rank",
+    "reset_stats",
     "selector",
     "shutdown",
     "size",
+    "stats",
     "thread_level",
 ]
 

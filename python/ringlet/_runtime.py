@@ -95,3 +95,16 @@ def owns_mpi() -> bool:
     """Whether ringlet initialized MPI (and so finalizes it at exit)."""
     init()
     return _owns_mpi
+
+
+def stats() -> dict[str, dict[str, float]]:
+    """Per algorithm, this process's allreduces since start or ``reset_stats()``:
+    ``{"ring": {"calls": 3, "bytes": 12582912, "seconds": 0.0041}, ...}``."""
+    return {
+        name: {"calls": calls, "bytes": nbytes, "seconds": seconds}
+        for name, calls, nbytes, seconds in _core.stats()
+    }
+
+
+def reset_stats() -> None:
+    _core.reset_stats()

@@ -386,6 +386,14 @@ def _measure(key: dict[str, Any]) -> Parameters:
 
 def parameters(recalibrate: bool = False) -> Parameters:
     """This communicator's parameters: cached, or measured now (collective)."""
+    _core.set_stats_enabled(False)  # the selector's own traffic is not the user's
+    try:
+        return _parameters(recalibrate)
+    finally:
+        _core.set_stats_enabled(True)
+
+
+def _parameters(recalibrate: bool) -> Parameters:
     if _core.size() <= 1:
         return Parameters(source="one rank: nothing to choose")
     if os.environ.get("RINGLET_CALIBRATE", "1") == "0":

@@ -181,9 +181,7 @@ fn run_allreduce(
     op: ReduceOp,
     schedule: &'static dyn schedules::Schedule,
 ) -> PyResult<()> {
-    detached(py, || {
-        runtime::with_transport(|t| schedules::allreduce(t, schedule, bytes, dtype, op))
-    })
+    detached(py, || runtime::allreduce(schedule, bytes, dtype, op))
 }
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
@@ -330,6 +328,25 @@ fn kernel_level() -> &'static str {
     crate::kernels::Level::active().name()
 }
 
+/// Per algorithm: (calls, bytes, seconds) of this process's allreduces since the last reset.
+#[pyfunction]
+fn stats() -> Vec<(&'static str, u64, u64, f64)> {
+    crate::stats::snapshot()
+        .into_iter()
+        .map(|(name, u)| (name, u.calls, u.bytes, u.seconds))
+        .collect()
+}
+
+#[pyfunction]
+fn reset_stats() {
+    crate::stats::reset();
+}
+
+#[pyfunction]
+fn set_stats_enabled(enabled: bool) {
+    crate::stats::set_enabled(enabled);
+}
+
 #[pyfunction]
 fn algorithms() -> Vec<&'static str> {
     schedules::SCHEDULES.iter().map(|s| s.name()).collect()
@@ -356,6 +373,6 @@ mod _core {
     #[pymodule_export]
     use super::{
         allreduce_fast, auto_choice, broadcast, clear_auto_table, measure_combine,
-        measure_sendrecv, register_dtype, set_auto_table,
+        measure_sendrecv, register_dtype, reset_stats, set_auto_table, set_stats_enabled, stats,
     };
 }
