@@ -67,11 +67,21 @@ def check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
-def candidates(dtype: str) -> tuple[str, ...]:
-    """The algorithms that can reduce ``dtype`` (MPI has no 16-bit floats)."""
-    if dtype in SIXTEEN_BIT_FLOATS:
+def candidates(dtype: str, op: str = "sum") -> tuple[str, ...]:
+    """The algorithms ``auto`` may run for ``dtype`` and ``op``: not "mpi" for 16-bit floats
+    (MPI has none), nor for min/max on floats (MPI_MIN/MPI_MAX do not propagate NaN the way
+    ringlet does, and auto must not change the answer)."""
+    if dtype in SIXTEEN_BIT_FLOATS or (op in MIN_MAX and not dtype.startswith("int")):
         return tuple(a for a in ALGORITHMS if a != "mpi")
     return ALGORITHMS
+
+
+MIN_MAX = ("min", "max")
+
+
+def table_key(dtype: str, op: str) -> str:
+    """The decision table's key: min and max have tables of their own."""
+    return f"{dtype}:minmax" if op in MIN_MAX else dtype
 
 
 @dataclass
@@ -171,8 +181,8 @@ def predict(algorithm: str, nbytes: int, size: int, dtype: str, params: Paramete
     return model * correction(algorithm, nbytes, params)
 
 
-def best(nbytes: int, size: int, dtype: str, params: Parameters) -> str:
-    options = candidates(dtype)
+def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum") -> str:
+    options = candidates(dtype, op)
     return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params), options.index(a)))
 
 
@@ -191,27 +201,27 @@ def _parse_bytes(text: str) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
-def _table_from_env(spec: str, dtype: str) -> list[tuple[int, str]]:
+def _table_from_env(spec: str, dtype: str, op: str) -> list[tuple[int, str]]:
     """``"recursive_doubling:32K,halving_doubling:8M,pipelined_ring"`` as ranges."""
     ranges = []
     for part in spec.split(","):
         name, _, limit = part.strip().partition(":")
         check_algorithm(name)
-        if name == "mpi" and dtype in SIXTEEN_BIT_FLOATS:
-            name = "ring"  # MPI cannot reduce 16-bit floats; the ring takes those
+        if name not in candidates(dtype, op):
+            name = "ring"  # "mpi" cannot take this dtype or op; the ring does
         ranges.append((_parse_bytes(limit) if limit else TABLE_LIMIT, name))
     if not ranges or ranges[-1][0] != TABLE_LIMIT:
         ranges.append((TABLE_LIMIT, ranges[-1][1] if ranges else "ring"))
     return ranges
 
 
-def _table_from_model(dtype: str, size: int, params: Parameters) -> list[tuple[int, str]]:
+def _table_from_model(dtype: str, op: str, size: int, params: Parameters) -> list[tuple[int, str]]:
     """The winner at sizes 2^(k/2), merged into ranges; a switch happens halfway (in log)."""
     grid = sorted({max(1, round(2 ** (k / 2))) for k in range(0, 2 * 40 + 1)})
     ranges: list[tuple[int, str]] = []
-    previous_size, previous = grid[0], best(grid[0], size, dtype, params)
+    previous_size, previous = grid[0], best(grid[0], size, dtype, params, op)
     for nbytes in grid[1:]:
-        winner = best(nbytes, size, dtype, params)
+        winner = best(nbytes, size, dtype, params, op)
         if winner != previous:
             ranges.append((int(math.sqrt(previous_size * nbytes)), previous))
             previous = winner
@@ -228,12 +238,14 @@ def build_table(size: int, params: Parameters) -> dict[str, list[tuple[int, str]
         spec = forced
     table = {}
     for dtype in SUPPORTED_DTYPES:
-        if size <= 1:
-            table[dtype] = [(TABLE_LIMIT, "ring")]  # a no-op on one rank
-        elif spec:
-            table[dtype] = _table_from_env(spec, dtype)
-        else:
-            table[dtype] = _table_from_model(dtype, size, params)
+        for op in ("sum", "min"):  # one of each family
+            key = table_key(dtype, op)
+            if size <= 1:
+                table[key] = [(TABLE_LIMIT, "ring")]  # a no-op on one rank
+            elif spec:
+                table[key] = _table_from_env(spec, dtype, op)
+            else:
+                table[key] = _table_from_model(dtype, op, size, params)
     return table
 
 
@@ -249,9 +261,9 @@ def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
     """The algorithm ``auto`` runs for this call. The first call per communicator is collective
     (it loads or runs the calibration)."""
     check_op(op)
-    if _core.auto_choice(dtype, nbytes) is None or size != _table_size:
+    if _core.auto_choice(dtype, op, nbytes) is None or size != _table_size:
         _install(size, parameters())
-    ranges = _table[dtype]
+    ranges = _table[table_key(dtype, op)]
     return ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
 
 
@@ -505,15 +517,15 @@ def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None) -> Expl
             correction(a, nbytes, params),
             predict(a, nbytes, size, name, params) * 1e6,
         )
-        for a in candidates(name)
+        for a in candidates(name, op)
     ]
     if _table and _table_size == size:
-        ranges = _table[name]
+        ranges = _table[table_key(name, op)]
         choice = ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
         overridden = "RINGLET_ALGORITHM" in os.environ or "RINGLET_AUTO_TABLE" in os.environ
         reason = "set by the environment" if overridden else "lowest predicted time"
     else:
-        choice = best(nbytes, size, name, params)
+        choice = best(nbytes, size, name, params, op)
         reason = "lowest predicted time; no calibration yet in this process"
     if size <= 1:
         reason = "one rank: every algorithm is a no-op"

@@ -217,7 +217,7 @@ fn allreduce_fast<'py>(
     }
     let nbytes = array.len() * dtype.size();
     let schedule = if algorithm == "auto" {
-        match auto::choose(dtype, nbytes) {
+        match auto::choose(dtype, op, nbytes) {
             Some(schedule) => schedule,
             None => return Ok(None),
         }
@@ -290,10 +290,11 @@ fn clear_auto_table() {
     auto::clear();
 }
 
-/// What the installed table picks for `nbytes` of `dtype`, or None without a table.
+/// What the installed table picks for `nbytes` of `dtype` under `op`, or None without a table.
 #[pyfunction]
-fn auto_choice(dtype: &str, nbytes: usize) -> PyResult<Option<&'static str>> {
-    Ok(auto::choose(DType::from_name(dtype)?, nbytes).map(|s| s.name()))
+fn auto_choice(dtype: &str, op: &str, nbytes: usize) -> PyResult<Option<&'static str>> {
+    let (dtype, op) = (DType::from_name(dtype)?, ReduceOp::from_name(op)?);
+    Ok(auto::choose(dtype, op, nbytes).map(|s| s.name()))
 }
 
 /// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.

@@ -67,12 +67,16 @@ def test_model_prefers_latency_optimal_small_and_bandwidth_optimal_large():
     assert model("ring", 256 << 20) < model("recursive_doubling", 256 << 20)
 
 
-def test_sixteen_bit_floats_never_go_to_mpi():
-    params = selector.Parameters()
+def test_sixteen_bit_floats_and_float_min_max_never_go_to_mpi():
+    params = selector.Parameters(alpha=1e-7)  # an MPI allreduce would win small messages
+    table = selector.build_table(4, params)
     for dtype in ("float16", "bfloat16"):
         assert "mpi" not in selector.candidates(dtype)
-        table = selector.build_table(4, params)[dtype]
-        assert all(name != "mpi" for _, name in table)
+        assert all(name != "mpi" for _, name in table[dtype])
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        assert "mpi" not in selector.candidates(dtype, "max")
+        assert all(name != "mpi" for _, name in table[f"{dtype}:minmax"])
+    assert "mpi" in selector.candidates("int64", "min")
 
 
 def test_explicit_algorithm_beats_auto(size):
@@ -114,8 +118,9 @@ def test_every_rank_makes_the_same_choices(comm):
     assert all(other == choices for other in comm.allgather(choices))
     # The Rust table and the Python one agree.
     for m in SIZES:
-        python_choice = selector.choose(m, ringlet.size(), "float32", "sum")
-        assert _core.auto_choice("float32", m) == python_choice
+        for op in ("sum", "max"):
+            python_choice = selector.choose(m, ringlet.size(), "float32", op)
+            assert _core.auto_choice("float32", op, m) == python_choice
 
 
 def test_calibration_round_trips_through_the_cache(quick_calibration, comm, size):
