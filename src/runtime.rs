@@ -135,11 +135,13 @@ pub fn allreduce(
     dtype: crate::dtype::DType,
     op: crate::dtype::ReduceOp,
 ) -> Result<()> {
-    with_transport(|transport| {
-        let started = std::time::Instant::now();
-        crate::schedules::allreduce(transport, schedule, buf, dtype, op)?;
-        crate::stats::record(schedule.name(), buf.len(), started.elapsed());
-        Ok(())
+    crate::worker::run_in_order(|| {
+        with_transport(|transport| {
+            let started = std::time::Instant::now();
+            crate::schedules::allreduce(transport, schedule, buf, dtype, op)?;
+            crate::stats::record(schedule.name(), buf.len(), started.elapsed());
+            Ok(())
+        })
     })
 }
 

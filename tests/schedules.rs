@@ -105,7 +105,7 @@ fn block_len(count: usize, n: usize, index: usize) -> usize {
 
 #[test]
 fn ring_sends_two_m_minus_two_blocks_per_rank() {
-    // bytes sent by rank r = 2m - |block (r+1) mod N| - |block (r+2) mod N|,
+    // bytes sent by rank r = 2m - |block r| - |block (r+1) mod N|,
     // i.e. 2(N-1)/N·m when N divides the count (Patarasuk & Yuan, Lemma 5).
     for n in [2usize, 3, 4, 5, 7, 8, 13] {
         for count in [0usize, 1, n - 1, n, n + 1, 1000, 4096, 65537] {
@@ -120,8 +120,8 @@ fn ring_sends_two_m_minus_two_blocks_per_rank() {
             );
             let m = count * 4;
             for (r, outcome) in outcomes.iter().enumerate() {
-                let expected = 2 * m
-                    - 4 * (block_len(count, n, (r + 1) % n) + block_len(count, n, (r + 2) % n));
+                let expected =
+                    2 * m - 4 * (block_len(count, n, r) + block_len(count, n, (r + 1) % n));
                 assert_eq!(outcome.bytes_sent, expected, "N={n} count={count} rank {r}");
                 assert_eq!(outcome.messages_sent, 2 * (n - 1), "N={n}: 2(N-1) steps");
                 if count % n == 0 {

@@ -5,15 +5,17 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::CoreError;
 use crate::runtime::{self, Parent};
 use crate::schedules;
-use crate::{auto, probe};
+use crate::transport::Transport;
+use crate::{auto, fusion, probe, worker};
 use numpy::npyffi::flags::{NPY_ARRAY_ALIGNED, NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WRITEABLE};
 use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 create_exception!(
     ringlet._core,
@@ -267,14 +269,232 @@ fn allreduce(
     run_allreduce(py, bytes, dtype, op, schedule)
 }
 
+fn contiguous<'a>(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<&'a mut [u8]> {
+    // SAFETY: callers keep `array` alive (borrowed for the call, or held by the queued job).
+    unsafe { writable_bytes(array) }.ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{what} needs a C-contiguous, aligned, writeable array"
+        ))
+    })
+}
+
 /// Broadcast a C-contiguous, aligned, writeable array from `root`, in place.
 #[pyfunction]
 fn broadcast(py: Python<'_>, array: &Bound<'_, PyUntypedArray>, root: usize) -> PyResult<()> {
-    // SAFETY: `array` is borrowed from the caller for the whole call.
-    let bytes = unsafe { writable_bytes(array) }.ok_or_else(|| {
-        PyValueError::new_err("broadcast needs a C-contiguous, aligned, writeable array")
-    })?;
+    let bytes = contiguous(array, "broadcast")?;
     detached(py, || {
+        worker::run_in_order(|| {
+            runtime::with_transport(|t| schedules::broadcast::broadcast(t, bytes, root))
+        })
+    })
+}
+
+/// Byte ranges of consecutive blocks of the given lengths, which must fill `total`.
+fn block_ranges(lengths: &[usize], total: usize, ranks: usize) -> PyResult<Vec<Range<usize>>> {
+    if lengths.len() != ranks || lengths.iter().sum::<usize>() != total {
+        return Err(PyValueError::new_err(format!(
+            "expected one block per rank ({ranks}) adding up to {total} bytes, got {lengths:?}"
+        )));
+    }
+    let mut start = 0;
+    Ok(lengths
+        .iter()
+        .map(|len| {
+            start += len;
+            start - len..start
+        })
+        .collect())
+}
+
+/// Allgather in place: `array` holds every rank's block back to back (`block_bytes` each) and
+/// this rank's block is already filled. Blocks may differ in size.
+#[pyfunction]
+fn allgather_into(
+    py: Python<'_>,
+    array: &Bound<'_, PyUntypedArray>,
+    block_bytes: Vec<usize>,
+) -> PyResult<()> {
+    let bytes = contiguous(array, "allgather")?;
+    let ranks = size(py)?;
+    let blocks = block_ranges(&block_bytes, bytes.len(), ranks)?;
+    detached(py, || {
+        worker::run_in_order(|| {
+            runtime::with_transport(|t| schedules::ring::allgather(t, bytes, &blocks))
+        })
+    })
+}
+
+/// Reduce-scatter in place: afterwards this rank's block (of `block_bytes`) holds the
+/// reduction of that block over all ranks; `avg` divides it by the number of ranks.
+#[pyfunction]
+fn reduce_scatter(
+    py: Python<'_>,
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: &str,
+    op: &str,
+    block_bytes: Vec<usize>,
+) -> PyResult<()> {
+    let (dtype, op) = (DType::from_name(dtype)?, ReduceOp::from_name(op)?);
+    let bytes = contiguous(array, "reducescatter")?;
+    let ranks = size(py)?;
+    let blocks = block_ranges(&block_bytes, bytes.len(), ranks)?;
+    if blocks.iter().any(|b| b.len() % dtype.size() != 0) {
+        return Err(PyValueError::new_err("blocks must hold whole elements"));
+    }
+    let reduction = schedules::Reduction { dtype, op };
+    detached(py, || {
+        worker::run_in_order(|| {
+            runtime::with_transport(|t| {
+                schedules::ring::reduce_scatter(t, bytes, &blocks, &reduction)?;
+                let own = &mut bytes[blocks[t.rank()].clone()];
+                if op == ReduceOp::Avg {
+                    crate::kernels::divide(dtype, own, ranks)?;
+                }
+                Ok(())
+            })
+        })
+    })
+}
+
+/// A queued collective. `done()` polls; `wait()` blocks (without the GIL) and returns the
+/// output object, or raises the collective's error. The job itself holds the arrays, so they
+/// stay alive until it has run even if this handle is dropped.
+#[pyclass(frozen, module = "ringlet._core")]
+struct Handle {
+    completion: Arc<worker::Completion>,
+    output: Py<PyAny>,
+}
+
+#[pymethods]
+impl Handle {
+    fn done(&self) -> bool {
+        self.completion.is_done()
+    }
+
+    fn wait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let completion = self.completion.clone();
+        detached(py, move || completion.wait())?;
+        Ok(self.output.clone_ref(py))
+    }
+}
+
+fn submit(
+    keepalive: Vec<Py<PyAny>>,
+    output: Py<PyAny>,
+    work: impl FnOnce() -> Result<(), CoreError> + Send + 'static,
+) -> PyResult<Handle> {
+    let completion = worker::submit(Box::new(move || {
+        let outcome = runtime::with_transport(|_| Ok(())).and_then(|_| work());
+        drop(keepalive); // released once the collective no longer touches the arrays
+        outcome
+    }))?;
+    Ok(Handle { completion, output })
+}
+
+/// Raw parts of a buffer that a queued job will rebuild into a slice.
+struct RawBuffer {
+    address: usize,
+    len: usize,
+}
+
+impl RawBuffer {
+    fn of(bytes: &mut [u8]) -> Self {
+        RawBuffer {
+            address: bytes.as_mut_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+
+    /// # Safety
+    /// The array it came from must be alive and untouched by anyone else, and no other slice
+    /// over the same bytes may exist, for as long as the result is used.
+    unsafe fn slice<'a>(&self) -> &'a mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        std::slice::from_raw_parts_mut(self.address as *mut u8, self.len)
+    }
+}
+
+fn check_disjoint(buffers: &[RawBuffer]) -> PyResult<()> {
+    let mut spans: Vec<(usize, usize)> = buffers
+        .iter()
+        .filter(|b| b.len > 0)
+        .map(|b| (b.address, b.address + b.len))
+        .collect();
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err(PyValueError::new_err(
+            "the arrays overlap in memory; each must be a separate buffer",
+        ));
+    }
+    Ok(())
+}
+
+/// Queue an allreduce of every array in `arrays` (one dtype), fused into buffers of at most
+/// `fusion_bytes`, optionally compressed to `wire_dtype`, scaled by `prescale`/`postscale`.
+/// `algorithm` "auto" needs the decision table installed. Returns a Handle whose `wait()`
+/// returns `output`.
+#[pyfunction]
+#[pyo3(signature = (arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, output))]
+#[allow(clippy::too_many_arguments)]
+fn allreduce_group_async(
+    arrays: Vec<Bound<'_, PyUntypedArray>>,
+    dtype: &str,
+    wire_dtype: &str,
+    op: &str,
+    algorithm: &str,
+    prescale: f64,
+    postscale: f64,
+    fusion_bytes: usize,
+    output: Py<PyAny>,
+) -> PyResult<Handle> {
+    let dtype = DType::from_name(dtype)?;
+    let algorithm = match algorithm {
+        "auto" => fusion::Algorithm::Auto,
+        name => fusion::Algorithm::Fixed(schedules::by_name(name)?),
+    };
+    let group = fusion::Group {
+        dtype,
+        wire: DType::from_name(wire_dtype)?,
+        op: ReduceOp::from_name(op)?,
+        algorithm,
+        prescale,
+        postscale,
+        fusion_bytes,
+    };
+    let mut buffers = Vec::with_capacity(arrays.len());
+    for array in &arrays {
+        if array.dtype().itemsize() != dtype.size() {
+            return Err(PyValueError::new_err(format!(
+                "every array must hold {} elements",
+                dtype.name()
+            )));
+        }
+        buffers.push(RawBuffer::of(contiguous(array, "allreduce")?));
+    }
+    check_disjoint(&buffers)?;
+    let keepalive = arrays.into_iter().map(|a| a.into_any().unbind()).collect();
+    submit(keepalive, output, move || {
+        // SAFETY: `keepalive` holds every array until this job ends, the buffers are disjoint
+        // (checked above), and the caller may not touch them before the handle completes.
+        let mut slices: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
+        runtime::with_transport(|t| fusion::allreduce_group(t, &mut slices, &group))
+    })
+}
+
+/// Queue a broadcast of `array` from `root`; the handle's `wait()` returns `output`.
+#[pyfunction]
+fn broadcast_async(
+    array: &Bound<'_, PyUntypedArray>,
+    root: usize,
+    output: Py<PyAny>,
+) -> PyResult<Handle> {
+    let buffer = RawBuffer::of(contiguous(array, "broadcast")?);
+    let keepalive = vec![array.clone().into_any().unbind()];
+    submit(keepalive, output, move || {
+        // SAFETY: as in `allreduce_group_async`, for one array.
+        let bytes = unsafe { buffer.slice() };
         runtime::with_transport(|t| schedules::broadcast::broadcast(t, bytes, root))
     })
 }
@@ -371,6 +591,8 @@ mod _core {
         max_message_bytes, mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes,
         set_segment_bytes, shutdown, size, RingletError,
     };
+    #[pymodule_export]
+    use super::{allgather_into, allreduce_group_async, broadcast_async, reduce_scatter, Handle};
     #[pymodule_export]
     use super::{
         allreduce_fast, auto_choice, broadcast, clear_auto_table, measure_combine,

@@ -10,6 +10,7 @@
 //! wheel runs everywhere); `RINGLET_KERNELS=generic|avx2|avx512` caps it. Every level gives the
 //! same bits: one rounding per combine, IEEE arithmetic in f32 or wider.
 
+pub mod convert;
 mod native;
 mod portable;
 mod sixteen;

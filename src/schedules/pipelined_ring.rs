@@ -102,7 +102,7 @@ impl Schedule for PipelinedRing {
     }
 }
 
-/// After this, rank r holds the full reduction of block r+1.
+/// After this, rank r holds the full reduction of block r (as in [`super::ring`]).
 fn reduce_scatter(
     transport: &dyn Transport,
     buf: &mut [u8],
@@ -114,9 +114,11 @@ fn reduce_scatter(
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     let behind = |k: usize| (rank + 2 * n - k) % n;
     let mut cells = cut(buf, blocks, n, segment);
-    // Step s receives block r-s-1 segment by segment: (step, segment) in wire order.
+    // Step s sends block r-s-1 and receives block r-s-2, segment by segment: (step, segment)
+    // in wire order.
+    let first = behind(1);
     let units: Vec<(usize, usize)> = (0..n - 1)
-        .flat_map(|step| (0..cells[behind(step + 1)].len()).map(move |j| (step, j)))
+        .flat_map(|step| (0..cells[behind(step + 2)].len()).map(move |j| (step, j)))
         .collect();
 
     let slots = RECEIVE_WINDOW.min(units.len()).max(1);
@@ -126,16 +128,16 @@ fn reduce_scatter(
         .chunks_mut(segment)
         .collect();
     let mut receiving: VecDeque<(usize, Request)> = VecDeque::with_capacity(RECEIVE_WINDOW);
-    let mut sending: Vec<Request> = Vec::with_capacity(units.len() + cells[rank].len());
+    let mut sending: Vec<Request> = Vec::with_capacity(units.len() + cells[first].len());
     let mut posted = 0;
 
-    for j in 0..cells[rank].len() {
-        sending.push(transport.isend(take(&mut cells, rank, j)?, right)?);
+    for j in 0..cells[first].len() {
+        sending.push(transport.isend(take(&mut cells, first, j)?, right)?);
     }
     for next in 0..units.len() {
         while posted < units.len() && !free_slots.is_empty() {
             let (step, j) = units[posted];
-            let len = cells[behind(step + 1)][j].as_ref().map_or(0, |c| c.len());
+            let len = cells[behind(step + 2)][j].as_ref().map_or(0, |c| c.len());
             let slot = free_slots.pop().ok_or_else(|| internal("no free slot"))?;
             receiving.push_back((posted, transport.irecv_into(slot, len, left)?));
             posted += 1;
@@ -146,7 +148,7 @@ fn reduce_scatter(
         debug_assert_eq!(unit, next);
         let (step, j) = units[unit];
         let arrived = request.wait_for_data()?;
-        let cell = take(&mut cells, behind(step + 1), j)?;
+        let cell = take(&mut cells, behind(step + 2), j)?;
         reduction.combine(cell, &arrived[..cell.len()])?;
         free_slots.push(arrived);
         if step + 1 < n - 1 {
@@ -156,7 +158,7 @@ fn reduce_scatter(
     wait_all(sending)
 }
 
-/// Pass the finished blocks around: rank r starts with block r+1, receives block r-s at step s.
+/// Pass the finished blocks around: rank r starts with block r, receives block r-s-1 at step s.
 fn allgather(
     transport: &dyn Transport,
     buf: &mut [u8],
@@ -166,10 +168,10 @@ fn allgather(
     let (n, rank) = (transport.size(), transport.rank());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     let behind = |k: usize| (rank + 2 * n - k) % n;
-    let owned = (rank + 1) % n;
+    let owned = rank;
     let mut cells = cut(buf, blocks, n, segment);
     let units: Vec<(usize, usize)> = (0..n - 1)
-        .flat_map(|step| (0..cells[behind(step)].len()).map(move |j| (step, j)))
+        .flat_map(|step| (0..cells[behind(step + 1)].len()).map(move |j| (step, j)))
         .collect();
 
     let mut receiving: VecDeque<Request> = VecDeque::with_capacity(RECEIVE_WINDOW);
@@ -182,7 +184,7 @@ fn allgather(
     for &(step, _) in &units {
         while posted < units.len() && receiving.len() < RECEIVE_WINDOW {
             let (s, j) = units[posted];
-            receiving.push_back(transport.irecv(take(&mut cells, behind(s), j)?, left)?);
+            receiving.push_back(transport.irecv(take(&mut cells, behind(s + 1), j)?, left)?);
             posted += 1;
         }
         let arrived = receiving

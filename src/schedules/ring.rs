@@ -2,21 +2,26 @@
 //!
 //! The buffer is cut into N blocks. Reduce-scatter: in N-1 steps each rank passes one block to
 //! its right neighbour and folds the block arriving from its left into its own copy; afterwards
-//! rank r holds the full reduction of block r+1. Allgather: N-1 more steps pass the finished
-//! blocks around the ring. Each rank sends every block but two once in each phase:
+//! rank r holds the full reduction of block r. Allgather: N-1 more steps pass the finished
+//! blocks around the ring. Each rank sends every block but its own once in the first phase and
+//! every block but its right neighbour's once in the second:
 //!
 //! ```text
-//! bytes sent by rank r = 2m - |block (r+1) mod N| - |block (r+2) mod N|
+//! bytes sent by rank r = 2m - |block r| - |block (r+1) mod N|
 //! ```
 //!
 //! which is 2(N-1)/N·m when N divides the element count (the lower bound of Lemma 5), and
 //! within one element per block of it otherwise. Scratch: one block, ⌈count/N⌉ elements.
+//!
+//! The two phases work on any disjoint blocks, so they also serve `reducescatter` and
+//! `allgather` with uneven per-rank sizes.
 
 use super::blocks::{split_pair, Blocks};
 use super::scratch::Scratch;
 use super::{Reduction, Schedule};
-use crate::error::Result;
+use crate::error::{CoreError, Result};
 use crate::transport::Transport;
+use std::ops::Range;
 
 pub struct Ring;
 
@@ -26,32 +31,68 @@ impl Schedule for Ring {
     }
 
     fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
-        let (n, rank) = (transport.size(), transport.rank());
+        let n = transport.size();
         if n == 1 {
             return Ok(());
         }
         let elem = reduction.elem_size();
-        let blocks = Blocks::new(buf.len() / elem, n, elem);
-        let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
-        // Block index `rank - k` (mod n), kept non-negative.
-        let behind = |k: usize| (rank + 2 * n - k) % n;
-
-        let mut scratch = Scratch::new(blocks.max_len());
-        for step in 0..n - 1 {
-            let (send, recv) = (blocks.block(behind(step)), blocks.block(behind(step + 1)));
-            let incoming = scratch.bytes(recv.len())?;
-            transport.sendrecv(&buf[send], right, incoming, left)?;
-            reduction.combine(&mut buf[recv], incoming)?;
-        }
-        drop(scratch);
-
-        // Rank r now owns block r+1; pass the finished blocks on.
-        for step in 0..n - 1 {
-            let send = blocks.block((rank + 1 + n - step) % n);
-            let recv = blocks.block(behind(step));
-            let (outgoing, incoming) = split_pair(buf, send, recv)?;
-            transport.sendrecv(outgoing, right, incoming, left)?;
-        }
-        Ok(())
+        let even = Blocks::new(buf.len() / elem, n, elem);
+        let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
+        reduce_scatter(transport, buf, &blocks, reduction)?;
+        allgather(transport, buf, &blocks)
     }
+}
+
+fn check_blocks(transport: &dyn Transport, buf: &[u8], blocks: &[Range<usize>]) -> Result<()> {
+    if blocks.len() != transport.size()
+        || blocks.iter().any(|b| b.start > b.end || b.end > buf.len())
+    {
+        return Err(CoreError::InvalidArgument(format!(
+            "the ring needs one block per rank ({}) inside the {}-byte buffer",
+            transport.size(),
+            buf.len()
+        )));
+    }
+    Ok(())
+}
+
+/// After this, rank r holds the reduction over all ranks of `buf[blocks[r]]`. Blocks must be
+/// disjoint and a whole number of elements each.
+pub fn reduce_scatter(
+    transport: &dyn Transport,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    reduction: &Reduction,
+) -> Result<()> {
+    check_blocks(transport, buf, blocks)?;
+    let (n, rank) = (transport.size(), transport.rank());
+    let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
+    // Block index `rank - k` (mod n), kept non-negative.
+    let behind = |k: usize| (rank + 2 * n - k) % n;
+    let largest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+    let mut scratch = Scratch::new(largest);
+    for step in 0..n.saturating_sub(1) {
+        let (send, recv) = (&blocks[behind(step + 1)], &blocks[behind(step + 2)]);
+        let incoming = scratch.bytes(recv.len())?;
+        transport.sendrecv(&buf[send.clone()], right, incoming, left)?;
+        reduction.combine(&mut buf[recv.clone()], incoming)?;
+    }
+    Ok(())
+}
+
+/// Rank r starts with `buf[blocks[r]]` filled and ends with every block filled.
+pub fn allgather(transport: &dyn Transport, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
+    check_blocks(transport, buf, blocks)?;
+    let (n, rank) = (transport.size(), transport.rank());
+    let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
+    let behind = |k: usize| (rank + 2 * n - k) % n;
+    for step in 0..n.saturating_sub(1) {
+        let (send, recv) = (
+            blocks[behind(step)].clone(),
+            blocks[behind(step + 1)].clone(),
+        );
+        let (outgoing, incoming) = split_pair(buf, send, recv)?;
+        transport.sendrecv(outgoing, right, incoming, left)?;
+    }
+    Ok(())
 }

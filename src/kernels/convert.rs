@@ -1,0 +1,192 @@
+//! Converting between element types, with a scale: packing gradients into a compressed fusion
+//! buffer (f32 -> f16, times a prescale) and unpacking them (f16 -> f32, times a postscale).
+
+use super::sixteen::{bf16_to_f32, f32_to_bf16};
+use super::{typed, typed_mut};
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+
+const BLOCK: usize = 256;
+
+fn is_float(dtype: DType) -> bool {
+    !matches!(dtype, DType::I32 | DType::I64)
+}
+
+/// `dst = src * scale`, converting `from` elements into `to` elements (rounding to nearest even).
+/// Floats convert to any float; integers only copy, and only with `scale == 1`.
+pub fn convert(from: DType, src: &[u8], to: DType, dst: &mut [u8], scale: f64) -> Result<()> {
+    let count = src.len() / from.size();
+    if !src.len().is_multiple_of(from.size()) || dst.len() != count * to.size() {
+        return Err(CoreError::InvalidArgument(format!(
+            "convert: {} bytes of {} do not fill {} bytes of {}",
+            src.len(),
+            from.name(),
+            dst.len(),
+            to.name()
+        )));
+    }
+    if !is_float(from) || !is_float(to) {
+        if from != to || scale != 1.0 {
+            return Err(CoreError::InvalidArgument(format!(
+                "{} cannot be scaled or converted (only floating-point data can)",
+                if is_float(from) {
+                    to.name()
+                } else {
+                    from.name()
+                }
+            )));
+        }
+        dst.copy_from_slice(src);
+        return Ok(());
+    }
+    if count == 0 {
+        return Ok(());
+    }
+    if from == DType::F64 && to == DType::F64 {
+        let (src, dst) = (typed::<f64>(src)?, typed_mut::<f64>(dst)?);
+        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s * scale);
+        return Ok(());
+    }
+    // Everything else goes through f32 blocks (f64 sources narrow first: a compressed wire
+    // format holds less than f32 anyway, and f64 -> f32 keeps every f32 value exact).
+    let mut wide = [0f32; BLOCK];
+    let scale32 = scale as f32;
+    for start in (0..count).step_by(BLOCK) {
+        let n = BLOCK.min(count - start);
+        let block = &mut wide[..n];
+        load(from, src, start, block)?;
+        if scale != 1.0 {
+            block.iter_mut().for_each(|x| *x *= scale32);
+        }
+        store(to, block, dst, start)?;
+    }
+    Ok(())
+}
+
+/// `buf *= factor` in place, with the same arithmetic as [`convert`] (f64 in f64, every other
+/// float through f32), so scaling in place and scaling while packing give the same bits.
+pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
+    if factor == 1.0 || buf.is_empty() {
+        return Ok(());
+    }
+    if !is_float(dtype) {
+        return Err(CoreError::InvalidArgument(format!(
+            "{} data cannot be scaled (only floating-point data can)",
+            dtype.name()
+        )));
+    }
+    if dtype == DType::F64 {
+        typed_mut::<f64>(buf)?.iter_mut().for_each(|x| *x *= factor);
+        return Ok(());
+    }
+    let count = buf.len() / dtype.size();
+    let mut wide = [0f32; BLOCK];
+    for start in (0..count).step_by(BLOCK) {
+        let n = BLOCK.min(count - start);
+        let block = &mut wide[..n];
+        load(dtype, buf, start, block)?;
+        block.iter_mut().for_each(|x| *x *= factor as f32);
+        store(dtype, block, buf, start)?;
+    }
+    Ok(())
+}
+
+fn load(from: DType, src: &[u8], start: usize, out: &mut [f32]) -> Result<()> {
+    let range = start..start + out.len();
+    match from {
+        DType::F32 => out.copy_from_slice(&typed::<f32>(src)?[range]),
+        DType::F64 => out
+            .iter_mut()
+            .zip(&typed::<f64>(src)?[range])
+            .for_each(|(o, &s)| *o = s as f32),
+        DType::F16 => typed::<u16>(src)?[range]
+            .reinterpret_cast::<f16>()
+            .convert_to_f32_slice(out),
+        DType::BF16 => out
+            .iter_mut()
+            .zip(&typed::<u16>(src)?[range])
+            .for_each(|(o, &s)| *o = bf16_to_f32(s)),
+        DType::I32 | DType::I64 => unreachable_integer()?,
+    }
+    Ok(())
+}
+
+fn store(to: DType, block: &[f32], dst: &mut [u8], start: usize) -> Result<()> {
+    let range = start..start + block.len();
+    match to {
+        DType::F32 => typed_mut::<f32>(dst)?[range].copy_from_slice(block),
+        DType::F64 => typed_mut::<f64>(dst)?[range]
+            .iter_mut()
+            .zip(block)
+            .for_each(|(d, &s)| *d = f64::from(s)),
+        DType::F16 => typed_mut::<u16>(dst)?[range]
+            .reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(block),
+        DType::BF16 => typed_mut::<u16>(dst)?[range]
+            .iter_mut()
+            .zip(block)
+            .for_each(|(d, &s)| *d = f32_to_bf16(s)),
+        DType::I32 | DType::I64 => unreachable_integer()?,
+    }
+    Ok(())
+}
+
+fn unreachable_integer() -> Result<()> {
+    Err(CoreError::InvalidArgument(
+        "internal: integer data reached the float conversion".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes<T: bytemuck::Pod>(values: &[T]) -> Vec<u8> {
+        bytemuck::cast_slice(values).to_vec()
+    }
+
+    #[test]
+    fn float32_to_float16_and_back_with_scales() {
+        let values: Vec<f32> = (0..1000).map(|i| i as f32 * 0.37 - 100.0).collect();
+        let src = bytes(&values);
+        let mut wire = vec![0u8; 2000];
+        convert(DType::F32, &src, DType::F16, &mut wire, 0.5).expect("to f16");
+        let halves: &[u16] = bytemuck::cast_slice(&wire);
+        for (h, v) in halves.iter().zip(&values) {
+            assert_eq!(*h, f16::from_f32(v * 0.5).to_bits());
+        }
+        let mut back = vec![0u8; 4000];
+        convert(DType::F16, &wire, DType::F32, &mut back, 2.0).expect("to f32");
+        let back: &[f32] = bytemuck::cast_slice(&back);
+        for (b, v) in back.iter().zip(&values) {
+            assert!((b - v).abs() <= v.abs() * 1e-3 + 1e-3, "{b} vs {v}");
+        }
+    }
+
+    #[test]
+    fn bfloat16_matches_the_half_crate() {
+        let values: Vec<f32> = (0..777).map(|i| (i as f32 - 300.0) * 1.001).collect();
+        let mut wire = vec![0u8; 777 * 2];
+        convert(DType::F32, &bytes(&values), DType::BF16, &mut wire, 1.0).expect("to bf16");
+        let halves: &[u16] = bytemuck::cast_slice(&wire);
+        for (h, v) in halves.iter().zip(&values) {
+            assert_eq!(*h, half::bf16::from_f32(*v).to_bits());
+        }
+    }
+
+    #[test]
+    fn integers_copy_but_refuse_scaling_and_conversion() {
+        let src = bytes(&[1i32, -2, 3]);
+        let mut dst = vec![0u8; 12];
+        convert(DType::I32, &src, DType::I32, &mut dst, 1.0).expect("copy");
+        assert_eq!(dst, src);
+        assert!(convert(DType::I32, &src, DType::I32, &mut dst, 0.5).is_err());
+        assert!(convert(DType::I32, &src, DType::F32, &mut dst, 1.0).is_err());
+        assert!(
+            convert(DType::F32, &src, DType::F16, &mut dst, 1.0).is_err(),
+            "sizes"
+        );
+    }
+}
