@@ -11,6 +11,7 @@ from . import selector
 from ._allreduce import allreduce
 from ._core import RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
+from ._gradients import Handle, allreduce_async, allreduce_group_async, average_gradients
 from ._runtime import (
     barrier,
     init,
@@ -29,8 +30,12 @@ __all__ = [
     "ALGORITHMS",
     "OPS",
     "SUPPORTED_DTYPES",
+    "Handle",
     "RingletError",
     "allreduce",
+    "allreduce_async",
+    "allreduce_group_async",
+    "average_gradients",
     "barrier",
     "calibrate",
     "explain",

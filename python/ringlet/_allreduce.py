@@ -51,8 +51,11 @@ def allreduce(
     return _allreduce_checked(x, op, out, algorithm)
 
 
-def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str) -> np.ndarray:
-    """Everything the fast path does not take: validation with clear errors, copies."""
+def _allreduce_checked(
+    x: Any, op: str, out: Any, algorithm: str, *, reduce: bool = True
+) -> np.ndarray:
+    """Everything the fast path does not take: validation with clear errors, copies.
+    With ``reduce=False``, only the checks and the copy (for the asynchronous variant)."""
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(
             f"allreduce takes a numpy.ndarray, got {type(x).__name__}; "
@@ -72,6 +75,8 @@ def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str) -> np.ndarray:
         result = np.array(x, dtype=native, order="C", copy=True)
     else:
         result = _check_out(x, out)
+    if not reduce:
+        return result
     init()
     if algorithm == "auto":
         algorithm = selector.choose(result.nbytes, _core.size(), name, op)

@@ -11,6 +11,7 @@ _finalizer_registered = False
 _user_comm: Any = None
 _thread_level: str | None = None
 _owns_mpi = False
+_topology: tuple[int, int, int, int] | None = None
 
 
 def _mpi4py_comm_handle(comm: Any) -> int:
@@ -40,7 +41,7 @@ def init(comm: Any = None) -> None:
     with no communicator, or the same one, does nothing; MPI is finalized at exit only if ringlet
     initialized it.
     """
-    global _finalizer_registered, _user_comm, _thread_level, _owns_mpi
+    global _finalizer_registered, _user_comm, _thread_level, _owns_mpi, _topology
     if comm is None:
         if _core.is_initialized():
             return
@@ -53,7 +54,7 @@ def init(comm: Any = None) -> None:
         atexit.register(_core.finalize)
         _finalizer_registered = True
     _owns_mpi, _thread_level = _core.init(handle)
-    _user_comm = comm
+    _user_comm, _topology = comm, None
 
 
 def is_initialized() -> bool:
@@ -62,9 +63,9 @@ def is_initialized() -> bool:
 
 def shutdown() -> None:
     """Free ringlet's communicator. MPI stays up (it cannot be restarted); init() works again."""
-    global _user_comm
+    global _user_comm, _topology
     _core.shutdown()
-    _user_comm = None
+    _user_comm, _topology = None, None
 
 
 def rank() -> int:
@@ -108,3 +109,25 @@ def stats() -> dict[str, dict[str, float]]:
 
 def reset_stats() -> None:
     _core.reset_stats()
+
+
+def topology() -> tuple[int, int, int, int]:
+    """(local_rank, local_size, cross_rank, cross_size): this rank among the ranks on its host,
+    and its host among the hosts (ordered by their lowest rank). Collective the first time."""
+    global _topology
+    init()
+    if _topology is None:
+        import platform
+
+        from .selector import _allgather_text
+
+        _core.set_stats_enabled(False)
+        try:
+            hosts = _allgather_text(platform.node())
+        finally:
+            _core.set_stats_enabled(True)
+        me = hosts[_core.rank()]
+        local = [r for r, h in enumerate(hosts) if h == me]
+        order = list(dict.fromkeys(hosts))  # hosts by first appearance = by lowest rank
+        _topology = (local.index(_core.rank()), len(local), order.index(me), len(order))
+    return _topology

@@ -1,0 +1,504 @@
+"""Horovod's API, written once over a backend that turns tensors into NumPy arrays and back.
+
+``ringlet.hvd`` binds it to NumPy arrays, ``ringlet.hvd.torch`` to PyTorch CPU tensors. Names,
+argument order and semantics follow ``horovod.torch``; see the README's migration note for the
+few differences (process sets, join, Adasum).
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable, Iterable, Sequence
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+import ringlet
+
+from .. import _core
+from .._dtypes import dtype_name
+from .._runtime import topology
+
+
+class ReduceOp(IntEnum):
+    Average = 0
+    Sum = 1
+    Adasum = 2
+    Min = 3
+    Max = 4
+    Product = 5
+
+
+Average, Sum, Adasum = ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum
+Min, Max, Product = ReduceOp.Min, ReduceOp.Max, ReduceOp.Product
+_OP_NAMES = {Average: "avg", Sum: "sum", Min: "min", Max: "max", Product: "prod"}
+
+HorovodInternalError = ringlet.RingletError
+"""What Horovod raises when a collective fails; here it is ringlet's own error."""
+
+
+class Compressor:
+    """Horovod's compressor interface: ``compress(tensor) -> (tensor, ctx)`` and
+    ``decompress(tensor, ctx)``. The built-in ones compress inside ringlet's core instead."""
+
+    wire_dtype: str | None = None
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        return tensor
+
+
+class NoneCompressor(Compressor):
+    wire_dtype = None
+
+
+class FP16Compressor(Compressor):
+    """Send floating-point data as float16; reduced with float32 accumulation, cast back."""
+
+    wire_dtype = "fp16"
+
+
+class BF16Compressor(Compressor):
+    """Send floating-point data as bfloat16 (float32's range; what Horovod cannot do over MPI)."""
+
+    wire_dtype = "bf16"
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+
+_BUILT_IN_COMPRESSORS = (NoneCompressor, FP16Compressor, BF16Compressor)
+
+
+def _op_name(average: bool | None, op: Any, default: ReduceOp = Average) -> str:
+    if average is not None and op is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        op = Average if average else Sum
+    op = default if op is None else op
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringlet; use Average or Sum")
+    try:
+        return _OP_NAMES[ReduceOp(op)]
+    except (ValueError, KeyError):
+        raise ValueError(f"unknown op {op!r}; accepted: Average, Sum, Min, Max, Product") from None
+
+
+def _check_process_set(process_set: Any) -> None:
+    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
+        raise ValueError(
+            "process sets other than the global one are not supported; call "
+            "init(comm=...) with an mpi4py communicator (e.g. from Split) instead"
+        )
+
+
+class Backend:
+    """How a framework's tensors become NumPy arrays (zero-copy where possible) and back."""
+
+    def array(self, tensor: Any) -> np.ndarray:
+        """A NumPy view of ``tensor``'s memory (or a copy when no view exists)."""
+        raise NotImplementedError
+
+    def tensor(self, array: np.ndarray, like: Any) -> Any:
+        """``array`` as the framework's tensor (sharing memory)."""
+        raise NotImplementedError
+
+    def assign(self, tensor: Any, array: np.ndarray) -> None:
+        """Write ``array``'s values into ``tensor``."""
+        raise NotImplementedError
+
+
+class NumpyBackend(Backend):
+    def array(self, tensor: Any) -> np.ndarray:
+        if not isinstance(tensor, (np.ndarray, np.generic)):
+            raise TypeError(f"expected a numpy.ndarray, got {type(tensor).__name__}")
+        return np.asarray(tensor)
+
+    def tensor(self, array: np.ndarray, like: Any) -> Any:
+        return array
+
+    def assign(self, tensor: Any, array: np.ndarray) -> None:
+        if tensor is not array:
+            np.copyto(tensor, array)
+
+
+class _HandleSet:
+    """Horovod handles: opaque objects that ``synchronize`` and ``poll`` take."""
+
+    def __init__(self, work: Any, finish: Callable[[], Any]) -> None:
+        self.work, self.finish, self.result, self.finished = work, finish, None, False
+
+    def poll(self) -> bool:
+        return self.finished or self.work.done()
+
+    def synchronize(self) -> Any:
+        if not self.finished:
+            self.work.wait()
+            self.result, self.finished = self.finish(), True
+        return self.result
+
+    # So that handles can wrap handles.
+    done, wait = poll, synchronize
+
+
+class Horovod:
+    """The API bound to one backend; the modules export its methods as functions."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    # ---- process ------------------------------------------------------------------------
+    @staticmethod
+    def init(comm: Any = None, process_sets: Any = None) -> None:
+        """Initialize (MPI too, unless mpi4py did); ``comm`` is an mpi4py communicator."""
+        if process_sets is not None:
+            raise ValueError("process sets are not supported; pass init(comm=...) instead")
+        if isinstance(comm, (list, tuple)):
+            raise ValueError(
+                "init(comm=[ranks]) is not supported; pass an mpi4py communicator "
+                "(e.g. MPI.COMM_WORLD.Split(...))"
+            )
+        ringlet.init(comm)
+
+    shutdown = staticmethod(ringlet.shutdown)
+    is_initialized = staticmethod(ringlet.is_initialized)
+    rank = staticmethod(ringlet.rank)
+    size = staticmethod(ringlet.size)
+
+    @staticmethod
+    def local_rank() -> int:
+        return topology()[0]
+
+    @staticmethod
+    def local_size() -> int:
+        return topology()[1]
+
+    @staticmethod
+    def cross_rank() -> int:
+        return topology()[2]
+
+    @staticmethod
+    def cross_size() -> int:
+        return topology()[3]
+
+    @staticmethod
+    def mpi_threads_supported() -> bool:
+        return ringlet.thread_level() == "multiple"
+
+    @staticmethod
+    def mpi_enabled() -> bool:
+        return True
+
+    @staticmethod
+    def mpi_built() -> bool:
+        return True
+
+    @staticmethod
+    def gloo_enabled() -> bool:
+        return False
+
+    @staticmethod
+    def gloo_built() -> bool:
+        return False
+
+    @staticmethod
+    def nccl_built() -> bool:
+        return False
+
+    @staticmethod
+    def barrier(process_set: Any = None) -> None:
+        _check_process_set(process_set)
+        ringlet.barrier()
+
+    @staticmethod
+    def join(device: int = -1) -> int:
+        """Limited: a barrier that every rank must reach (Horovod lets joined ranks keep
+        serving other ranks' allreduces with zeros; ringlet does not). Returns the rank that
+        arrived last, by its wall clock."""
+        arrival = np.array([time.time()], dtype=np.float64)
+        latest = ringlet.allreduce(arrival, "max")
+        candidates = np.array([ringlet.rank() if arrival[0] == latest[0] else -1], dtype=np.int64)
+        return int(ringlet.allreduce(candidates, "max")[0])
+
+    # ---- allreduce ----------------------------------------------------------------------
+    def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
+                       compression: Any, prescale: float, postscale: float,
+                       process_set: Any) -> _HandleSet:
+        _check_process_set(process_set)
+        op_name = _op_name(average, op)
+        arrays = [self.backend.array(t) for t in tensors]
+        # Reduce the tensor's own memory when it can be; otherwise a contiguous copy.
+        work = [a if in_place and _reducible_in_place(a) else np.array(a, order="C", copy=True)
+                for a in arrays]
+        if compression is not None and compression not in _BUILT_IN_COMPRESSORS:
+            # A user's Compressor: run its compress/decompress around the reduction.
+            return self._custom_compressed(tensors, work, in_place, op_name, compression,
+                                           prescale, postscale)
+        handle = ringlet.allreduce_group_async(
+            work, op_name, compression=compression, prescale=prescale, postscale=postscale,
+        )
+
+        def finish() -> Any:
+            if in_place:
+                for tensor, result in zip(tensors, work):
+                    self.backend.assign(tensor, result)
+                return list(tensors)
+            return [self.backend.tensor(r, t) for r, t in zip(work, tensors)]
+
+        return _HandleSet(handle, finish)
+
+    def _custom_compressed(self, tensors, work, in_place, op_name, compression, prescale,
+                           postscale) -> _HandleSet:
+        compressed = [compression.compress(self.backend.tensor(w, t))
+                      for w, t in zip(work, tensors)]
+        wire = [np.array(self.backend.array(c), order="C", copy=True) for c, _ in compressed]
+        handle = ringlet.allreduce_group_async(wire, op_name, prescale=prescale,
+                                               postscale=postscale)
+
+        def finish() -> Any:
+            out = [compression.decompress(self.backend.tensor(w, c), ctx)
+                   for w, (c, ctx) in zip(wire, compressed)]
+            if in_place:
+                for tensor, result in zip(tensors, out):
+                    self.backend.assign(tensor, self.backend.array(result))
+                return list(tensors)
+            return out
+
+        return _HandleSet(handle, finish)
+
+    def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set: Any = None, compression: Any = None) -> _HandleSet:
+        """Start an allreduce of ``tensor`` into a new tensor; ``synchronize`` returns it."""
+        handle = self._grouped_async([tensor], False, average, op, compression,
+                                     prescale_factor, postscale_factor, process_set)
+        return _HandleSet(handle, lambda: handle.synchronize()[0])
+
+    def allreduce_async_(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
+                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                         process_set: Any = None, compression: Any = None) -> _HandleSet:
+        """Start an in-place allreduce of ``tensor``; ``synchronize`` returns the tensor."""
+        handle = self._grouped_async([tensor], True, average, op, compression,
+                                     prescale_factor, postscale_factor, process_set)
+        return _HandleSet(handle, lambda: handle.synchronize()[0])
+
+    def allreduce(self, tensor: Any, average: Any = None, name: Any = None,
+                  compression: Any = Compression.none, op: Any = None,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set: Any = None) -> Any:
+        """The reduction (default: average) of ``tensor`` over all ranks, as a new tensor."""
+        return self.allreduce_async(tensor, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, compression).synchronize()
+
+    def allreduce_(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
+                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                   process_set: Any = None, compression: Any = None) -> Any:
+        """Allreduce ``tensor`` in place and return it."""
+        return self.allreduce_async_(tensor, average, name, op, prescale_factor,
+                                     postscale_factor, process_set, compression).synchronize()
+
+    def grouped_allreduce_async(self, tensors: Sequence[Any], average: Any = None,
+                                name: Any = None, op: Any = None, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0, process_set: Any = None,
+                                compression: Any = None) -> _HandleSet:
+        return self._grouped_async(tensors, False, average, op, compression, prescale_factor,
+                                   postscale_factor, process_set)
+
+    def grouped_allreduce_async_(self, tensors: Sequence[Any], average: Any = None,
+                                 name: Any = None, op: Any = None, prescale_factor: float = 1.0,
+                                 postscale_factor: float = 1.0, process_set: Any = None,
+                                 compression: Any = None) -> _HandleSet:
+        return self._grouped_async(tensors, True, average, op, compression, prescale_factor,
+                                   postscale_factor, process_set)
+
+    def grouped_allreduce(self, tensors: Sequence[Any], average: Any = None, name: Any = None,
+                          compression: Any = Compression.none, op: Any = None,
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          process_set: Any = None) -> list[Any]:
+        """Allreduce several tensors in one fused operation; returns new tensors."""
+        return self.grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                            postscale_factor, process_set,
+                                            compression).synchronize()
+
+    def grouped_allreduce_(self, tensors: Sequence[Any], average: Any = None, name: Any = None,
+                           op: Any = None, prescale_factor: float = 1.0,
+                           postscale_factor: float = 1.0, process_set: Any = None,
+                           compression: Any = None) -> list[Any]:
+        return self.grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                             postscale_factor, process_set,
+                                             compression).synchronize()
+
+    @staticmethod
+    def synchronize(handle: _HandleSet) -> Any:
+        """Wait for an asynchronous operation and return its output."""
+        if not isinstance(handle, _HandleSet):
+            raise ValueError(f"synchronize() takes a handle from an *_async call, got {handle!r}")
+        return handle.synchronize()
+
+    @staticmethod
+    def poll(handle: _HandleSet) -> bool:
+        """Whether an asynchronous operation has finished (synchronize() will not block)."""
+        if not isinstance(handle, _HandleSet):
+            raise ValueError(f"poll() takes a handle from an *_async call, got {handle!r}")
+        return handle.poll()
+
+    # ---- gather and scatter -------------------------------------------------------------
+    def allgather(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
+        """Concatenate every rank's ``tensor`` along the first dimension (which may differ
+        between ranks; the other dimensions and the dtype must not)."""
+        _check_process_set(process_set)
+        array = self.backend.array(tensor)
+        return self.backend.tensor(_allgatherv(array), tensor)
+
+    def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
+        """Every rank's picklable ``obj``, as a list indexed by rank."""
+        _check_process_set(process_set)
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+        sizes = _row_counts(len(data))
+        gathered = _allgatherv(data).tobytes()
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        return [pickle.loads(gathered[offsets[r]:offsets[r + 1]]) for r in range(len(sizes))]
+
+    def reducescatter(self, tensor: Any, name: Any = None, op: Any = Average,
+                      process_set: Any = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> Any:
+        """Reduce ``tensor`` over all ranks and return this rank's slice of the first dimension
+        (the first ``dim0 % size`` ranks get one row more)."""
+        _check_process_set(process_set)
+        op_name = _op_name(None, op)
+        if op_name not in ("sum", "avg"):
+            raise ValueError("reducescatter supports Sum and Average")
+        work = np.array(self.backend.array(tensor), order="C", copy=True)
+        name_ = dtype_name(work.dtype)
+        if prescale_factor != 1.0:
+            work *= prescale_factor
+        n, rank = ringlet.size(), ringlet.rank()
+        rows = work.shape[0] if work.ndim else 1
+        counts = [rows // n + (r < rows % n) for r in range(n)]
+        row_bytes = work.nbytes // max(rows, 1)
+        ringlet.init()
+        _core.reduce_scatter(work.reshape(-1), name_, op_name, [c * row_bytes for c in counts])
+        start = sum(counts[:rank])
+        mine = work.reshape((rows, *work.shape[1:]))[start:start + counts[rank]].copy()
+        if postscale_factor != 1.0:
+            mine *= postscale_factor
+        return self.backend.tensor(mine, tensor)
+
+    # ---- broadcast ----------------------------------------------------------------------
+    def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
+                         process_set: Any = None) -> _HandleSet:
+        _check_process_set(process_set)
+        _check_root(root_rank)
+        array = self.backend.array(tensor)
+        work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
+        ringlet.init()
+        core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
+
+        def finish() -> Any:
+            self.backend.assign(tensor, work)
+            return tensor
+
+        return _HandleSet(core, finish)
+
+    def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
+                        process_set: Any = None) -> _HandleSet:
+        _check_process_set(process_set)
+        _check_root(root_rank)
+        work = np.array(self.backend.array(tensor), order="C", copy=True)
+        ringlet.init()
+        core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
+        return _HandleSet(core, lambda: self.backend.tensor(work, tensor))
+
+    def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
+                  process_set: Any = None) -> Any:
+        """``root_rank``'s ``tensor`` on every rank, as a new tensor."""
+        return self.broadcast_async(tensor, root_rank, name, process_set).synchronize()
+
+    def broadcast_(self, tensor: Any, root_rank: int, name: Any = None,
+                   process_set: Any = None) -> Any:
+        """Overwrite ``tensor`` with ``root_rank``'s, in place; returns it."""
+        return self.broadcast_async_(tensor, root_rank, name, process_set).synchronize()
+
+    @staticmethod
+    def broadcast_object(obj: Any, root_rank: int = 0, name: Any = None,
+                         process_set: Any = None) -> Any:
+        """``root_rank``'s picklable ``obj`` on every rank."""
+        _check_process_set(process_set)
+        _check_root(root_rank)
+        ringlet.init()
+        payload = pickle.dumps(obj) if ringlet.rank() == root_rank else b""
+        length = np.array([len(payload)], dtype=np.int64)
+        _core.broadcast(length, root_rank)
+        data = np.zeros(int(length[0]), dtype=np.uint8)
+        if ringlet.rank() == root_rank:
+            data[:] = np.frombuffer(payload, dtype=np.uint8)
+        _core.broadcast(data, root_rank)
+        return pickle.loads(data.tobytes())
+
+    def broadcast_parameters(self, params: Any, root_rank: int) -> None:
+        """Broadcast a ``state_dict()`` (dict) or ``named_parameters()`` (pairs) in place."""
+        if isinstance(params, dict):
+            items: Iterable[tuple[Any, Any]] = sorted(params.items(), key=lambda kv: str(kv[0]))
+        elif isinstance(params, Iterable):
+            items = list(params)
+        else:
+            raise ValueError(f"invalid params of type {type(params).__name__}")
+        handles = [self.broadcast_async_(p, root_rank) for _, p in items if p is not None]
+        for handle in handles:
+            handle.synchronize()
+
+
+def _reducible_in_place(array: np.ndarray) -> bool:
+    return bool(array.flags.carray and array.dtype.isnative)
+
+
+def _check_root(root_rank: int) -> None:
+    size = ringlet.size()
+    if not 0 <= int(root_rank) < size:
+        raise ValueError(f"root_rank {root_rank} is outside 0..{size - 1}")
+
+
+def _row_counts(rows: int) -> list[int]:
+    """Every rank's ``rows``, through an allreduce of a one-hot vector."""
+    counts = np.zeros(ringlet.size(), dtype=np.int64)
+    counts[ringlet.rank()] = rows
+    return [int(c) for c in ringlet.allreduce(counts, "sum")]
+
+
+def _allgatherv(array: np.ndarray) -> np.ndarray:
+    """Concatenate every rank's array along axis 0; trailing shape and dtype must agree."""
+    array = np.ascontiguousarray(array)
+    name = array.dtype.name  # any dtype: nothing is reduced
+    shape = array.shape if array.ndim else (1,)
+    # Agree on dtype and trailing shape first: a mismatch is an error on every rank, not a hang.
+    signature = np.frombuffer(repr((name, shape[1:])).encode().ljust(256)[:256], dtype=np.uint8)
+    low = ringlet.allreduce(signature.astype(np.int32), "min")
+    high = ringlet.allreduce(signature.astype(np.int32), "max")
+    if not np.array_equal(low, high):
+        raise ValueError(
+            "allgather: ranks passed tensors of different dtypes or trailing dimensions "
+            f"(this rank: {name}{list(shape[1:])}); only the first dimension may differ"
+        )
+    counts = _row_counts(shape[0])
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * array.itemsize
+    out = np.empty((sum(counts), *shape[1:]), dtype=array.dtype)
+    start = sum(counts[: ringlet.rank()])
+    out[start:start + shape[0]] = array.reshape(shape)
+    _core.allgather_into(out.reshape(-1).view(np.uint8), [c * row_bytes for c in counts])
+    return out
+
+
+def export(api: Horovod, namespace: dict[str, Any]) -> None:
+    """Publish ``api``'s methods as module functions, Horovod-style."""
+    for name in dir(api):
+        if not name.startswith("_") and name != "backend":
+            namespace[name] = getattr(api, name)
