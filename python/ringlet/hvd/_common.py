@@ -150,11 +150,26 @@ class _HandleSet:
     done, wait = poll, synchronize
 
 
-class Horovod:
-    """The API bound to one backend; the modules export its methods as functions."""
+_NUMPY = NumpyBackend()
+_backends: dict[type, Backend] = {}
 
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
+
+def register_backend(tensor_type: type, backend: Backend) -> None:
+    """Teach the API another framework's tensors (``ringlet.hvd.torch`` registers torch's)."""
+    _backends[tensor_type] = backend
+
+
+def backend_for(tensor: Any) -> Backend:
+    for tensor_type, backend in _backends.items():
+        if isinstance(tensor, tensor_type):
+            return backend
+    return _NUMPY
+
+
+class Horovod:
+    """The API; ``ringlet.hvd`` publishes its methods as functions. Each call picks the
+    backend from the tensor it is given (NumPy arrays, or torch tensors once
+    ``ringlet.hvd.torch`` is imported)."""
 
     # ---- process ------------------------------------------------------------------------
     @staticmethod
@@ -235,14 +250,15 @@ class Horovod:
                        process_set: Any) -> _HandleSet:
         _check_process_set(process_set)
         op_name = _op_name(average, op)
-        arrays = [self.backend.array(t) for t in tensors]
+        backend = backend_for(tensors[0]) if tensors else _NUMPY
+        arrays = [backend.array(t) for t in tensors]
         # Reduce the tensor's own memory when it can be; otherwise a contiguous copy.
         work = [a if in_place and _reducible_in_place(a) else np.array(a, order="C", copy=True)
                 for a in arrays]
         if compression is not None and compression not in _BUILT_IN_COMPRESSORS:
             # A user's Compressor: run its compress/decompress around the reduction.
-            return self._custom_compressed(tensors, work, in_place, op_name, compression,
-                                           prescale, postscale)
+            return self._custom_compressed(backend, tensors, work, in_place, op_name,
+                                           compression, prescale, postscale)
         handle = ringlet.allreduce_group_async(
             work, op_name, compression=compression, prescale=prescale, postscale=postscale,
         )
@@ -250,26 +266,26 @@ class Horovod:
         def finish() -> Any:
             if in_place:
                 for tensor, result in zip(tensors, work):
-                    self.backend.assign(tensor, result)
+                    backend.assign(tensor, result)
                 return list(tensors)
-            return [self.backend.tensor(r, t) for r, t in zip(work, tensors)]
+            return [backend.tensor(r, t) for r, t in zip(work, tensors)]
 
         return _HandleSet(handle, finish)
 
-    def _custom_compressed(self, tensors, work, in_place, op_name, compression, prescale,
+    @staticmethod
+    def _custom_compressed(backend, tensors, work, in_place, op_name, compression, prescale,
                            postscale) -> _HandleSet:
-        compressed = [compression.compress(self.backend.tensor(w, t))
-                      for w, t in zip(work, tensors)]
-        wire = [np.array(self.backend.array(c), order="C", copy=True) for c, _ in compressed]
+        compressed = [compression.compress(backend.tensor(w, t)) for w, t in zip(work, tensors)]
+        wire = [np.array(backend.array(c), order="C", copy=True) for c, _ in compressed]
         handle = ringlet.allreduce_group_async(wire, op_name, prescale=prescale,
                                                postscale=postscale)
 
         def finish() -> Any:
-            out = [compression.decompress(self.backend.tensor(w, c), ctx)
+            out = [compression.decompress(backend.tensor(w, c), ctx)
                    for w, (c, ctx) in zip(wire, compressed)]
             if in_place:
                 for tensor, result in zip(tensors, out):
-                    self.backend.assign(tensor, self.backend.array(result))
+                    backend.assign(tensor, backend.array(result))
                 return list(tensors)
             return out
 
@@ -356,8 +372,8 @@ class Horovod:
         """Concatenate every rank's ``tensor`` along the first dimension (which may differ
         between ranks; the other dimensions and the dtype must not)."""
         _check_process_set(process_set)
-        array = self.backend.array(tensor)
-        return self.backend.tensor(_allgatherv(array), tensor)
+        backend = backend_for(tensor)
+        return backend.tensor(_allgatherv(backend.array(tensor)), tensor)
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
@@ -377,7 +393,8 @@ class Horovod:
         op_name = _op_name(None, op)
         if op_name not in ("sum", "avg"):
             raise ValueError("reducescatter supports Sum and Average")
-        work = np.array(self.backend.array(tensor), order="C", copy=True)
+        backend = backend_for(tensor)
+        work = np.array(backend.array(tensor), order="C", copy=True)
         name_ = dtype_name(work.dtype)
         if prescale_factor != 1.0:
             work *= prescale_factor
@@ -391,20 +408,21 @@ class Horovod:
         mine = work.reshape((rows, *work.shape[1:]))[start:start + counts[rank]].copy()
         if postscale_factor != 1.0:
             mine *= postscale_factor
-        return self.backend.tensor(mine, tensor)
+        return backend.tensor(mine, tensor)
 
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
                          process_set: Any = None) -> _HandleSet:
         _check_process_set(process_set)
         _check_root(root_rank)
-        array = self.backend.array(tensor)
+        backend = backend_for(tensor)
+        array = backend.array(tensor)
         work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
         ringlet.init()
         core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
 
         def finish() -> Any:
-            self.backend.assign(tensor, work)
+            backend.assign(tensor, work)
             return tensor
 
         return _HandleSet(core, finish)
@@ -413,10 +431,11 @@ class Horovod:
                         process_set: Any = None) -> _HandleSet:
         _check_process_set(process_set)
         _check_root(root_rank)
-        work = np.array(self.backend.array(tensor), order="C", copy=True)
+        backend = backend_for(tensor)
+        work = np.array(backend.array(tensor), order="C", copy=True)
         ringlet.init()
         core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
-        return _HandleSet(core, lambda: self.backend.tensor(work, tensor))
+        return _HandleSet(core, lambda: backend.tensor(work, tensor))
 
     def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
                   process_set: Any = None) -> Any:
@@ -496,9 +515,3 @@ def _allgatherv(array: np.ndarray) -> np.ndarray:
     _core.allgather_into(out.reshape(-1).view(np.uint8), [c * row_bytes for c in counts])
     return out
 
-
-def export(api: Horovod, namespace: dict[str, Any]) -> None:
-    """Publish ``api``'s methods as module functions, Horovod-style."""
-    for name in dir(api):
-        if not name.startswith("_") and name != "backend":
-            namespace[name] = getattr(api, name)

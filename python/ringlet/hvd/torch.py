@@ -1,0 +1,246 @@
+"""Horovod's PyTorch API on ringlet: replace ``import horovod.torch as hvd`` with
+``import ringlet.hvd.torch as hvd`` in a CPU training script.
+
+Tensors go to the Rust core zero-copy (``tensor.numpy()`` views; bfloat16 through an int16
+view). ``DistributedOptimizer`` registers a hook on every parameter: when a gradient is ready
+during ``backward()``, its bucket's fused allreduce starts in ringlet's background thread, and
+``step()`` waits for all of them first. Everything runs on CPU tensors; the collectives are not
+differentiable (Horovod's ``allreduce`` is; wrap it yourself if you need that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+except ImportError as exc:  # pragma: no cover - torch is an optional extra
+    raise ImportError(
+        "ringlet.hvd.torch needs PyTorch: pip install 'ringlet[torch]'"
+    ) from exc
+
+import ringlet
+
+from .._gradients import resolve_fusion_threshold
+from . import *  # noqa: F403 - the same API, now also for torch tensors
+from . import __all__ as _hvd_all
+from ._common import (
+    Adasum,
+    Average,
+    Backend,
+    Compression,
+    Max,
+    Min,
+    Product,
+    Sum,
+    _op_name,
+    register_backend,
+)
+from ._common import Horovod as _Horovod
+
+
+class TorchBackend(Backend):
+    def array(self, tensor: Any) -> np.ndarray:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device.type != "cpu":
+            raise ValueError(f"ringlet reduces CPU tensors; this one is on {tensor.device}")
+        if tensor.is_sparse:
+            raise ValueError("sparse tensors are not supported; densify them first")
+        plain = tensor.detach()
+        if plain.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return plain.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        try:
+            return plain.numpy()
+        except TypeError as exc:
+            raise TypeError(f"ringlet cannot reduce {tensor.dtype}: {exc}") from None
+
+    def tensor(self, array: np.ndarray, like: Any) -> Any:
+        if array.dtype.name == "bfloat16":
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+
+    def assign(self, tensor: Any, array: np.ndarray) -> None:
+        view = self.array(tensor)
+        if view.__array_interface__["data"][0] == array.__array_interface__["data"][0]:
+            return  # reduced in the tensor's own memory
+        with torch.no_grad():
+            tensor.copy_(self.tensor(array, tensor).reshape(tensor.shape))
+
+
+register_backend(torch.Tensor, TorchBackend())
+_api = _Horovod()
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
+    """Make every rank's optimizer state (momentum buffers, Adam moments, step counts,
+    hyperparameters) equal to ``root_rank``'s."""
+    state = _api.broadcast_object(optimizer.state_dict(), root_rank)
+    optimizer.load_state_dict(state)
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Mixed into the user's optimizer class by ``DistributedOptimizer``."""
+
+    def __init__(self, params: Any, named_parameters: Any, compression: Any,
+                 backward_passes_per_step: int, op: Any, gradient_predivide_factor: float,
+                 groups: Any) -> None:
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._op = _op_name(None, op)
+        self._prescale = 1.0 / gradient_predivide_factor
+        self._postscale = gradient_predivide_factor
+        self._passes = backward_passes_per_step
+        params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = {id(p) for _, p in named}
+            if len(names) != len(named) or any(id(p) not in names for p in params):
+                raise ValueError("named_parameters must name every optimized parameter once")
+        self._buckets = _buckets(params, groups)
+        self._bucket_of = {id(p): i for i, bucket in enumerate(self._buckets) for p in bucket}
+        self._countdown = {id(p): self._passes for p in params}
+        self._ready: list[set[int]] = [set() for _ in self._buckets]
+        self._handles: dict[int, Any] = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._on_gradient)
+
+    def _on_gradient(self, p: torch.Tensor) -> None:
+        key = id(p)
+        if self._countdown[key] == 0:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before call "
+                "to step(). Increase backward_passes_per_step to accumulate gradients locally."
+            )
+        self._countdown[key] -= 1
+        if self._countdown[key] == 0:
+            bucket = self._bucket_of[key]
+            self._ready[bucket].add(key)
+            if len(self._ready[bucket]) == len(self._buckets[bucket]):
+                self._launch(bucket)
+
+    def _launch(self, bucket: int) -> None:
+        grads = []
+        for p in self._buckets[bucket]:
+            if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+        self._handles[bucket] = _api.grouped_allreduce_async_(
+            grads, op=_OPS[self._op], prescale_factor=self._prescale,
+            postscale_factor=self._postscale, compression=self._compression,
+        )
+
+    def synchronize(self) -> None:
+        """Finish every gradient's allreduce (starting those whose hooks did not fire)."""
+        for bucket in range(len(self._buckets)):
+            if bucket not in self._handles:
+                self._launch(bucket)
+        for bucket in sorted(self._handles):
+            self._handles[bucket].synchronize()
+        self._handles.clear()
+        self._ready = [set() for _ in self._buckets]
+        self._countdown = dict.fromkeys(self._countdown, self._passes)
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """For ``optimizer.synchronize(); clip(...); with optimizer.skip_synchronize():
+        optimizer.step()``."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure: Any = None) -> Any:
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn(
+                    "optimizer.step() called without a loss.backward() since the last "
+                    "synchronize(); use optimizer.skip_synchronize() after a manual "
+                    "synchronize()", stacklevel=2,
+                )
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                "cause a race condition."
+            )
+        return super(self.__class__, self).zero_grad(set_to_none)
+
+
+_OPS = {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}
+
+
+def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]]:
+    """Which gradients travel together: Horovod's ``groups`` (a count, or lists of
+    parameters), else buckets of up to the fusion threshold in reverse order (the order
+    backward() produces gradients)."""
+    if isinstance(groups, int) and groups > 0:
+        size = -(-len(params) // groups)
+        return [params[i:i + size] for i in range(0, len(params), size)]
+    if groups:
+        wanted = [list(g) for g in groups]
+        listed = {id(p) for g in wanted for p in g}
+        rest = [p for p in params if id(p) not in listed]
+        return [g for g in wanted if g] + [[p] for p in rest]
+    limit = max(resolve_fusion_threshold(), 1)
+    buckets: list[list[torch.Tensor]] = [[]]
+    filled = 0
+    for p in reversed(params):
+        nbytes = p.numel() * p.element_size()
+        if buckets[-1] and filled + nbytes > limit:
+            buckets.append([])
+            filled = 0
+        buckets[-1].append(p)
+        filled += nbytes
+    return [b for b in buckets if b]
+
+
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Any = None,
+    compression: Any = Compression.none,
+    backward_passes_per_step: int = 1,
+    op: Any = Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    sparse_as_dense: bool = False,
+    process_set: Any = None,
+) -> torch.optim.Optimizer:
+    """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks.
+
+    Gradients are allreduced (fused, in ringlet's background thread) as soon as backward()
+    produces them; ``step()`` waits for them first. Arguments as in Horovod.
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringlet; use Average or Sum")
+    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
+        raise ValueError("process sets are not supported; init(comm=...) instead")
+    ringlet.init()
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups if groups is not None else num_groups)
+
+
+__all__ = [*_hvd_all, "DistributedOptimizer", "broadcast_optimizer_state"]
