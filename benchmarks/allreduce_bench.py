@@ -10,8 +10,8 @@ Method, after osu_allreduce:
 * Message sizes go from --min-size to --max-size (both included), multiplying by --factor.
 * The candidates are each name in ``ringlet.ALGORITHMS`` (without "mpi" for 16-bit floats),
   "auto", and "native": mpi4py's ``comm.Allreduce(MPI.IN_PLACE, ...)`` called directly. They are
-  timed round-robin within each iteration (the starting candidate rotates), so noise from a
-  shared machine hits all of them alike.
+  timed round-robin within each iteration (in a new random order each round, the same on every
+  rank), so noise from a shared machine hits all of them alike.
 * Every call is in place on a buffer preallocated per size and holding a fixed point of the op
   (0 for sum, 1 for the others), so values never grow and the buffer never needs a refill.
 * A barrier precedes every call, outside the timed region; each call is timed alone with
@@ -274,16 +274,27 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def time_rounds(comm: MPI.Comm, candidates: list[Candidate], rounds: int) -> np.ndarray:
-    """This rank's seconds per call, shape (rounds, candidates); the order rotates per round."""
-    k = len(candidates)
-    seconds = np.empty((rounds, k))
+def round_orders(rounds: int, k: int, seed: int) -> np.ndarray:
+    """A fresh random order of the k candidates for every round, the same on every rank.
+
+    Shuffling (rather than rotating) the order means no candidate always runs right after the
+    same other one, whose cache or skew left-overs would then bias it.
+    """
+    rng = np.random.default_rng(seed)
+    return np.array([rng.permutation(k) for _ in range(rounds)], dtype=np.intp).reshape(rounds, k)
+
+
+def time_rounds(
+    comm: MPI.Comm, candidates: list[Candidate], rounds: int, seed: int = 0
+) -> np.ndarray:
+    """This rank's seconds per call, shape (rounds, candidates), each round in a random order."""
+    seconds = np.empty((rounds, len(candidates)))
+    orders = round_orders(rounds, len(candidates), seed).tolist()
     runs = [c.run for c in candidates]
     barrier, clock = comm.Barrier, time.perf_counter
     with gc_paused():
-        for r in range(rounds):
-            for j in range(k):
-                index = (r + j) % k
+        for r, order in enumerate(orders):
+            for index in order:
                 run = runs[index]
                 barrier()
                 start = clock()

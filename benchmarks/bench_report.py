@@ -369,6 +369,7 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     ratio_key = "x_native" if any(r["candidate"] == "native" for r in rows) else "x_bound"
     compare = any(not math.isnan(r["x_float32"]) for r in rows)
@@ -390,6 +391,8 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
         bounds = [bound_seconds(s, meta) * US for s in sizes]
         time_axis.plot(sizes, bounds, "k--", linewidth=1.2, label="bound 2(N-1)/N·m/B")
     time_axis.set_yscale("log")
+    fastest = min(r["median_us"] for r in rows)
+    time_axis.set_ylim(bottom=fastest / 4)  # the bound of tiny messages would flatten the rest
     time_axis.set_ylabel("median time per allreduce (µs)")
     time_axis.legend(fontsize=8, ncol=2)
 
@@ -398,7 +401,8 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
     ratio_axis.axhline(1.0, color="gray", linewidth=0.8)
     ratio_axis.set_yscale("log")
     ratio_axis.set_ylabel("median / native" if ratio_key == "x_native" else "median / bound")
-    ratio_axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ratio_axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ratio_axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
 
     if compare:
         compare_axis = axes[2]
@@ -418,7 +422,7 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
         axis.grid(True, which="both", alpha=0.3)
     figure.suptitle(
         f"ringlet allreduce: N={meta.n_ranks}, {meta.dtype}, op={meta.op}, "
-        f"{meta.date[:16].replace('T', ' ')}\n{meta.hostname}, {meta.mpi_library[:60]}",
+        f"{meta.date[:16].replace('T', ' ')}\n{meta.hostname}, {meta.mpi_library.split(',')[0]}",
         fontsize=11,
     )
     figure.tight_layout()
