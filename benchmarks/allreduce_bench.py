@@ -63,6 +63,8 @@ SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 WARMUP_SHARE = 0.25
 """At most this share of --time-budget goes to warm-up rounds (always at least one)."""
 BANDWIDTH_REPEATS = 10
+SHUFFLE_SEED = 20090801
+"""Seeds the per-round candidate order; every rank must draw the same orders."""
 
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "out"
 
@@ -284,12 +286,10 @@ def round_orders(rounds: int, k: int, seed: int) -> np.ndarray:
     return np.array([rng.permutation(k) for _ in range(rounds)], dtype=np.intp).reshape(rounds, k)
 
 
-def time_rounds(
-    comm: MPI.Comm, candidates: list[Candidate], rounds: int, seed: int = 0
-) -> np.ndarray:
+def time_rounds(comm: MPI.Comm, candidates: list[Candidate], rounds: int) -> np.ndarray:
     """This rank's seconds per call, shape (rounds, candidates), each round in a random order."""
     seconds = np.empty((rounds, len(candidates)))
-    orders = round_orders(rounds, len(candidates), seed).tolist()
+    orders = round_orders(rounds, len(candidates), SHUFFLE_SEED).tolist()
     runs = [c.run for c in candidates]
     barrier, clock = comm.Barrier, time.perf_counter
     with gc_paused():

@@ -369,7 +369,7 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     ratio_key = "x_native" if any(r["candidate"] == "native" for r in rows) else "x_bound"
     compare = any(not math.isnan(r["x_float32"]) for r in rows)
@@ -381,7 +381,7 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
         sharex=True,
         gridspec_kw={"height_ratios": heights},
     )
-    styles = line_styles(sorted({r["candidate"] for r in rows}))
+    styles = line_styles(list(dict.fromkeys(r["candidate"] for r in rows)))
 
     time_axis, ratio_axis = axes[0], axes[1]
     for name, (sizes, values) in series(rows, "median_us").items():
@@ -402,7 +402,11 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
     ratio_axis.set_yscale("log")
     ratio_axis.set_ylabel("median / native" if ratio_key == "x_native" else "median / bound")
     ratio_axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ratio_axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    low, high = ratio_axis.get_ylim()
+    if high / low < 20:  # within about a decade the minor ticks need numbers too
+        ratio_axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    else:
+        ratio_axis.yaxis.set_minor_formatter(NullFormatter())
 
     if compare:
         compare_axis = axes[2]

@@ -1,0 +1,181 @@
+"""ringlet.hvd.torch: tensors zero-copy, optimizer state, and DistributedOptimizer training that
+matches one process on the combined batch."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import ringlet.hvd.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def test_tensor_allreduce_every_dtype(rank, size):
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                  torch.int64):
+        x = (torch.arange(12) + rank).to(dtype).reshape(3, 4)
+        result = hvd.allreduce(x, op=hvd.Sum)
+        expected = sum((torch.arange(12) + r).to(torch.float64) for r in range(size))
+        assert result.dtype == dtype and result.shape == (3, 4)
+        assert torch.equal(result, expected.to(dtype).reshape(3, 4)), dtype
+
+
+def test_in_place_works_on_the_tensors_memory_and_on_views(rank, size):
+    x = torch.full((1000,), float(rank))
+    pointer = x.data_ptr()
+    assert hvd.allreduce_(x, op=hvd.Sum) is x and x.data_ptr() == pointer
+    assert torch.all(x == sum(range(size)))
+    base = torch.full((4, 6), float(rank))
+    view = base.t()  # not contiguous: reduced through a copy, written back
+    hvd.allreduce_(view, op=hvd.Max)
+    assert torch.all(base == size - 1)
+    with pytest.raises(ValueError, match="sparse"):
+        hvd.allreduce(torch.eye(3).to_sparse())
+
+
+def test_parameters_requiring_grad_and_async(rank, size):
+    p = torch.nn.Parameter(torch.full((5,), float(rank)))
+    handle = hvd.allreduce_async(p, op=hvd.Sum)
+    result = hvd.synchronize(handle)
+    assert torch.all(result == sum(range(size))) and not result.requires_grad
+    assert torch.all(p == rank)
+
+
+def test_broadcast_parameters_makes_models_identical(rank, size):
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4))
+    for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(a, b), name
+    torch.manual_seed(rank)
+    other = torch.nn.Linear(3, 3)
+    hvd.broadcast_parameters(other.named_parameters(), root_rank=size - 1)
+    gathered = hvd.allgather_object(other.weight.detach().numpy().tobytes())
+    assert len(set(gathered)) == 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.Adam(ps, lr=0.01),
+], ids=["sgd_momentum", "adam"])
+def test_broadcast_optimizer_state_round_trip(rank, size, make):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = make(model.parameters())
+    for _ in range(rank + 1):  # every rank a different state (and Adam step count)
+        optimizer.zero_grad()
+        model(torch.randn(3, 4) * (rank + 1)).sum().backward()
+        optimizer.step()
+    optimizer.param_groups[0]["lr"] = 0.5 + rank
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    state = optimizer.state_dict()
+    blobs = hvd.allgather_object(
+        [(k, {n: (v.numpy().tobytes() if torch.is_tensor(v) else v) for n, v in s.items()})
+         for k, s in sorted(state["state"].items())]
+    )
+    assert all(b == blobs[0] for b in blobs)
+    assert all(lr == 0.5 for lr in hvd.allgather_object(optimizer.param_groups[0]["lr"]))
+
+
+def _model():
+    torch.manual_seed(123)
+    return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def _data(steps: int, batch: int, size: int):
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(steps, size * batch, 10, generator=generator)
+    y = torch.randint(0, 3, (steps, size * batch), generator=generator)
+    return x, y
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.Adam(ps, lr=0.01),
+], ids=["sgd_momentum", "adam"])
+@pytest.mark.parametrize("options", [{}, {"groups": 2}, {"compression": None}])
+def test_training_matches_one_process_on_the_combined_batch(rank, size, make, options):
+    steps, batch = 5, 4
+    x, y = _data(steps, batch, size)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    single = _model()
+    single_opt = make(single.parameters())
+    for step in range(steps):  # one process, batch N*B
+        single_opt.zero_grad()
+        loss_fn(single(x[step]), y[step]).backward()
+        single_opt.step()
+
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(make(model.parameters()),
+                                         named_parameters=model.named_parameters(), **options)
+    mine = slice(rank * batch, (rank + 1) * batch)
+    for step in range(steps):  # N ranks, batch B each, gradients averaged
+        optimizer.zero_grad()
+        loss_fn(model(x[step][mine]), y[step][mine]).backward()
+        optimizer.step()
+
+    for a, b in zip(model.parameters(), single.parameters()):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
+
+
+def test_backward_passes_per_step_accumulates_locally(rank, size):
+    steps, batch = 3, 4
+    x, y = _data(steps, 2 * batch, size)
+    loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
+
+    single = _model()
+    single_opt = torch.optim.SGD(single.parameters(), lr=0.01)
+    for step in range(steps):
+        single_opt.zero_grad()
+        (loss_fn(single(x[step]), y[step]) / size).backward()  # Average of per-rank sums
+        single_opt.step()
+
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                         backward_passes_per_step=2)
+    for step in range(steps):
+        optimizer.zero_grad()
+        for half in range(2):
+            start = (2 * rank + half) * batch
+            chunk = slice(start, start + batch)
+            loss_fn(model(x[step][chunk]), y[step][chunk]).backward()
+        optimizer.step()
+    for a, b in zip(model.parameters(), single.parameters()):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_misuse_raises_as_horovod_does(size):
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    model(torch.randn(2, 10)).sum().backward()
+    with pytest.raises(AssertionError, match=r"zero_grad\(\) was called after loss.backward"):
+        optimizer.zero_grad()
+    optimizer.step()
+    model(torch.randn(2, 10)).sum().backward()
+    with pytest.raises(AssertionError, match="more than backward_passes_per_step"):
+        model(torch.randn(2, 10)).sum().backward()
+    optimizer.synchronize()
+    with optimizer.skip_synchronize():
+        optimizer.step()
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum,
+                                 gradient_predivide_factor=2.0)
+
+
+def test_unused_parameters_are_reduced_as_zeros(rank, size):
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(3, 1), "unused": torch.nn.Linear(3, 1)})
+    before = copy.deepcopy(model["unused"].state_dict())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    optimizer.zero_grad()
+    model["used"](torch.ones(2, 3)).sum().backward()
+    optimizer.step()  # must not hang waiting for the unused parameters' hooks
+    for name, value in model["unused"].state_dict().items():
+        assert torch.equal(value, before[name])
+    assert np.isfinite(model["used"].weight.detach().numpy()).all()
