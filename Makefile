@@ -58,7 +58,8 @@ lint: setup
 	$(VENV)/bin/ruff check python tests examples $(wildcard benchmarks/*.py)
 
 test-python: setup
-	$(PYTHON) tests/run_mpi_suite.py --sizes $(TEST_SIZES) -q --color=no tests/python
+	$(PYTHON) tests/run_mpi_suite.py --plain tests/failures --sizes $(TEST_SIZES) \
+		-q --color=no tests/python
 
 clean:
 	rm -rf build target $(VENV)

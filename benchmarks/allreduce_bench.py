@@ -2,7 +2,7 @@
 
     mpirun -n 2 python benchmarks/allreduce_bench.py [--dtype float32] [--op sum]
         [--min-size 8] [--max-size 256M] [--factor 4] [--algorithms ring,auto,native]
-        [--time-budget 2] [--min-iterations 10] [--max-iterations 10000] [--warmup 20]
+        [--time-budget 4] [--min-iterations 10] [--max-iterations 10000] [--warmup 20]
         [--bw-size 16M] [--compare-float32] [--markdown] [--no-plot] [--out-dir benchmarks/out]
 
 Method, after osu_allreduce:
@@ -74,7 +74,7 @@ DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "out"
 
 
 def parse_size(text: str) -> int:
-    """ "4096", "4K", "16M", "1G" (binary units; a trailing "B" or "iB" is accepted)."""
+    """Bytes from "4096", "4K", "16M" or "1G" (binary units; "16MB" and "16MiB" work too)."""
     value = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = SIZE_SUFFIXES.get(value[-1:], 1)
     digits = value[:-1] if value[-1:] in SIZE_SUFFIXES else value
@@ -112,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--op", choices=list(ringlet.OPS), default="sum")
     add(
         "--algorithms",
-        default=None,
-        help="comma-separated subset of the candidates (default: all that apply), e.g. "
-        "ring,auto,native",
+        default="all",
+        help="comma-separated subset of the candidates, e.g. ring,auto,native; 'all' is every "
+        "ringlet algorithm that applies, auto, and native where MPI has the dtype and op",
     )
     add("--min-size", type=parse_size, default=8, help="smallest message, bytes (K/M/G)")
     add("--max-size", type=parse_size, default=256 << 20, help="largest message, bytes")
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--time-budget",
         type=positive_float,
-        default=2.0,
+        default=4.0,
         help="seconds of timed rounds per size (before the iteration clamp)",
     )
     add(
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="16-bit dtypes: also time auto on float32 arrays of equal element count",
     )
-    add("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    add("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the CSV and PNG go")
     add("--markdown", action="store_true", help="also print the tables as Markdown")
     add("--no-plot", action="store_true", help="skip the PNG")
     return parser
@@ -180,9 +180,9 @@ def available_candidates(dtype: str, op: str) -> list[str]:
 
 
 def chosen_candidates(
-    parser: argparse.ArgumentParser, requested: str | None, available: list[str], dtype: str
+    parser: argparse.ArgumentParser, requested: str, available: list[str], dtype: str
 ) -> list[str]:
-    if requested is None:
+    if requested == "all":
         return available
     wanted = [name.strip() for name in requested.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in available]
@@ -283,7 +283,7 @@ def round_orders(rounds: int, k: int, seed: int) -> np.ndarray:
     same other one, whose cache or skew left-overs would then bias it.
     """
     rng = np.random.default_rng(seed)
-    return np.array([rng.permutation(k) for _ in range(rounds)], dtype=np.intp).reshape(rounds, k)
+    return np.array([rng.permutation(k) for _ in range(rounds)])
 
 
 def time_rounds(comm: MPI.Comm, candidates: list[Candidate], rounds: int) -> np.ndarray:

@@ -364,14 +364,14 @@ def series(rows: list[dict], key: str) -> dict[str, tuple[list[int], list[float]
 
 
 def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
-    """Median time vs size (log-log) with the bound; below it the ratio to native (or bound)."""
+    """Median time vs size (log-log) with the bound; below it the ratio to native (or bound),
+    and with --compare-float32 the 16-bit / float32 ratio of auto."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
-    ratio_key = "x_native" if any(r["candidate"] == "native" for r in rows) else "x_bound"
+    has_native = any(r["candidate"] == "native" for r in rows)
     compare = any(not math.isnan(r["x_float32"]) for r in rows)
     heights = [3, 2, 1.3] if compare else [3, 2]
     figure, axes = plt.subplots(
@@ -382,46 +382,11 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
         gridspec_kw={"height_ratios": heights},
     )
     styles = line_styles(list(dict.fromkeys(r["candidate"] for r in rows)))
-
-    time_axis, ratio_axis = axes[0], axes[1]
-    for name, (sizes, values) in series(rows, "median_us").items():
-        time_axis.plot(sizes, values, label=name, **styles[name])
-    sizes = sorted({r["size_bytes"] for r in rows})
-    if meta.n_ranks > 1:
-        bounds = [bound_seconds(s, meta) * US for s in sizes]
-        time_axis.plot(sizes, bounds, "k--", linewidth=1.2, label="bound 2(N-1)/N·m/B")
-    time_axis.set_yscale("log")
-    fastest = min(r["median_us"] for r in rows)
-    time_axis.set_ylim(bottom=fastest / 4)  # the bound of tiny messages would flatten the rest
-    time_axis.set_ylabel("median time per allreduce (µs)")
-    time_axis.legend(fontsize=8, ncol=2)
-
-    for name, (sizes_of, values) in series(rows, ratio_key).items():
-        ratio_axis.plot(sizes_of, values, label=name, **styles[name])
-    ratio_axis.axhline(1.0, color="gray", linewidth=0.8)
-    ratio_axis.set_yscale("log")
-    ratio_axis.set_ylabel("median / native" if ratio_key == "x_native" else "median / bound")
-    ratio_axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    low, high = ratio_axis.get_ylim()
-    if high / low < 20:  # within about a decade the minor ticks need numbers too
-        ratio_axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-    else:
-        ratio_axis.yaxis.set_minor_formatter(NullFormatter())
-
+    plot_times(axes[0], rows, meta, styles)
+    plot_ratios(axes[1], rows, "x_native" if has_native else "x_bound", styles)
     if compare:
-        compare_axis = axes[2]
-        facts = [summary(g, meta) for g in group_by_size(rows)]
-        points = [(s, f["x_float32"]) for s, f in zip(sizes, facts)]
-        compare_axis.plot(*zip(*points), "o-", color="tab:purple", label="auto")
-        compare_axis.axhline(0.6, color="gray", linestyle=":", label="target 0.6")
-        compare_axis.set_ylabel(f"{meta.dtype} / float32")
-        compare_axis.legend(fontsize=8)
-
-    bottom = axes[-1]
-    bottom.set_xscale("log", base=2)
-    bottom.set_xticks(sizes)
-    bottom.set_xticklabels([size_label(s) for s in sizes], rotation=45)
-    bottom.set_xlabel(f"message size (bytes of {meta.dtype})")
+        plot_float32_ratio(axes[2], rows, meta)
+    label_sizes(axes[-1], sorted({r["size_bytes"] for r in rows}), meta)
     for axis in axes:
         axis.grid(True, which="both", alpha=0.3)
     figure.suptitle(
@@ -432,6 +397,55 @@ def write_plot(rows: list[dict], meta: Meta, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def plot_times(axis, rows: list[dict], meta: Meta, styles: dict[str, dict]) -> None:
+    for name, (sizes, values) in series(rows, "median_us").items():
+        axis.plot(sizes, values, label=name, **styles[name])
+    if meta.n_ranks > 1:
+        sizes = sorted({r["size_bytes"] for r in rows})
+        bounds = [bound_seconds(s, meta) * US for s in sizes]
+        axis.plot(sizes, bounds, "k--", linewidth=1.2, label="bound 2(N-1)/N·m/B")
+    axis.set_yscale("log")
+    fastest = min(r["median_us"] for r in rows)
+    axis.set_ylim(bottom=fastest / 4)  # the bound of tiny messages would flatten the rest
+    axis.set_ylabel("median time per allreduce (µs)")
+    axis.legend(fontsize=8, ncol=2)
+
+
+def plot_ratios(axis, rows: list[dict], key: str, styles: dict[str, dict]) -> None:
+    for name, (sizes, values) in series(rows, key).items():
+        axis.plot(sizes, values, label=name, **styles[name])
+    axis.axhline(1.0, color="gray", linewidth=0.8)
+    axis.set_yscale("log")
+    axis.set_ylabel("median / native" if key == "x_native" else "median / bound")
+    label_ratio_ticks(axis)
+
+
+def plot_float32_ratio(axis, rows: list[dict], meta: Meta) -> None:
+    sizes, ratios = series(rows, "x_float32")["auto"]
+    axis.plot(sizes, ratios, "o-", color="tab:purple", label="auto")
+    axis.axhline(0.6, color="gray", linestyle=":", label="target 0.6")
+    axis.set_ylabel(f"{meta.dtype} / float32")
+    axis.legend(fontsize=8)
+
+
+def label_sizes(axis, sizes: list[int], meta: Meta) -> None:
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(sizes)
+    axis.set_xticklabels([size_label(s) for s in sizes], rotation=45)
+    axis.set_xlabel(f"message size (bytes of {meta.dtype})")
+
+
+def label_ratio_ticks(axis) -> None:
+    """Ticks at 1, 2 and 5 times powers of ten on a log axis, labelled as plain numbers."""
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
+
+    low, high = axis.get_ylim()
+    ticks = [m * 10.0**e for e in range(-4, 8) for m in (1, 2, 5) if low <= m * 10.0**e <= high]
+    axis.yaxis.set_major_locator(FixedLocator(ticks))
+    axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.yaxis.set_minor_formatter(NullFormatter())
 
 
 def line_styles(names: list[str]) -> dict[str, dict]:

@@ -10,6 +10,8 @@ pub enum CoreError {
     UnsupportedDtype(String),
     /// MPI (or the in-process transport) failed, or MPI is not usable. Python sees `RingletError`.
     Communication(String),
+    /// Ranks disagree on the collective they are in. Python sees `MismatchError`.
+    Mismatch(String),
 }
 
 impl fmt::Display for CoreError {
@@ -17,7 +19,8 @@ impl fmt::Display for CoreError {
         match self {
             CoreError::InvalidArgument(msg)
             | CoreError::UnsupportedDtype(msg)
-            | CoreError::Communication(msg) => f.write_str(msg),
+            | CoreError::Communication(msg)
+            | CoreError::Mismatch(msg) => f.write_str(msg),
         }
     }
 }

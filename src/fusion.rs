@@ -9,6 +9,7 @@
 //! whenever the reduction itself is exact.
 
 use crate::auto;
+use crate::consistency::{Call, Kind};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, convert};
@@ -37,6 +38,8 @@ pub struct Group {
     pub postscale: f64,
     /// Largest fusion buffer, in wire bytes; 0 reduces every array on its own.
     pub fusion_bytes: usize,
+    /// The submitting thread (see [`crate::consistency::Call::thread`]).
+    pub thread: u64,
 }
 
 impl Group {
@@ -104,10 +107,12 @@ fn reduce(
 }
 
 /// Allreduce every array in place. Collective: all ranks pass arrays of the same sizes.
+/// `agree` runs before each buffer's collective (the runtime's consistency check).
 pub fn allreduce_group(
     transport: &dyn Transport,
     arrays: &mut [&mut [u8]],
     group: &Group,
+    agree: &mut dyn FnMut(Call) -> Result<()>,
 ) -> Result<()> {
     group.check()?;
     let (dtype, wire) = (group.dtype, group.wire);
@@ -125,6 +130,20 @@ pub fn allreduce_group(
     for run in fusion_runs(&wire_lengths, group.fusion_bytes) {
         let wire_bytes: usize = wire_lengths[run.clone()].iter().sum();
         let schedule = group.schedule(wire_bytes)?;
+        let op = if run.len() == 1 && !compressed {
+            group.op
+        } else {
+            wire_op
+        };
+        agree(Call {
+            kind: Kind::Allreduce,
+            dtype: Some(wire),
+            op: Some(op),
+            count: (wire_bytes / wire.size()) as u64,
+            algorithm: schedule.name(),
+            root: 0,
+            thread: group.thread,
+        })?;
         if run.len() == 1 && !compressed {
             let array = &mut *arrays[run.start];
             convert::scale(dtype, array, group.prescale)?;

@@ -11,6 +11,7 @@
 //! - `bindings`: the thin pyo3 module `ringlet._core`.
 
 pub mod auto;
+pub mod consistency;
 pub mod dtype;
 pub mod error;
 pub mod fusion;

@@ -2,12 +2,16 @@
 //! and finalization. MPI is finalized only if ringlet initialized it, and only after ringlet's
 //! communicator is freed (freeing after MPI_Finalize aborts the process).
 
+use crate::consistency::{self, Call, Kind};
 use crate::error::{CoreError, Result};
-use crate::transport::mpi::{check, MpiTransport};
+use crate::transport::mpi::{check, MpiTransport, StallPolicy};
 use mpi::environment::Universe;
 use mpi::ffi;
 use mpi::Threading;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 struct State {
     /// Present when ringlet called MPI_Init_thread; dropping it calls MPI_Finalize.
@@ -99,8 +103,11 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
                 "the communicator is MPI_COMM_NULL".into(),
             ));
         }
+        let stall = stall_policy()?;
+        CHECK.store(env_flag("RINGLET_CHECK", true)?, Ordering::Relaxed);
         // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
-        let transport = unsafe { MpiTransport::duplicate(handle)? };
+        let mut transport = unsafe { MpiTransport::duplicate(handle)? };
+        transport.stall = stall;
         state.transport = Some(transport);
         crate::auto::clear(); // its choices were for the previous communicator
     }
@@ -128,15 +135,95 @@ pub fn with_transport<R>(f: impl FnOnce(&MpiTransport) -> Result<R>) -> Result<R
     f(transport)
 }
 
-/// One allreduce on ringlet's communicator, counted in [`crate::stats`].
+/// Whether every collective is checked for agreement first (`RINGLET_CHECK`, default on).
+static CHECK: AtomicBool = AtomicBool::new(true);
+
+fn env_seconds(name: &str, default: Option<f64>) -> Result<Option<Duration>> {
+    let value = match std::env::var(name) {
+        Ok(text) => text.trim().parse::<f64>().map_err(|_| {
+            CoreError::InvalidArgument(format!("{name}={text:?} is not a number of seconds"))
+        })?,
+        Err(_) => match default {
+            Some(seconds) => seconds,
+            None => return Ok(None),
+        },
+    };
+    // 0 (or less) turns it off.
+    Ok((value > 0.0).then(|| Duration::from_secs_f64(value)))
+}
+
+fn env_flag(name: &str, default: bool) -> Result<bool> {
+    match std::env::var(name).as_deref() {
+        Err(_) => Ok(default),
+        Ok("1" | "true" | "on" | "yes") => Ok(true),
+        Ok("0" | "false" | "off" | "no") => Ok(false),
+        Ok(other) => Err(CoreError::InvalidArgument(format!(
+            "{name}={other:?}: expected 1 or 0"
+        ))),
+    }
+}
+
+/// `RINGLET_STALL_WARNING` (default 60 s) and `RINGLET_TIMEOUT` (default off), in seconds.
+fn stall_policy() -> Result<StallPolicy> {
+    Ok(StallPolicy {
+        warning: env_seconds("RINGLET_STALL_WARNING", Some(60.0))?,
+        timeout: env_seconds("RINGLET_TIMEOUT", None)?,
+    })
+}
+
+static NEXT_CALLER: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CALLER: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Name this thread for the consistency check (the Python layer passes a hash of the Python
+/// thread's name, which is the same on every rank when threads are created in the same order).
+pub fn set_caller_thread(key: u64) {
+    CALLER.with(|caller| caller.set(Some(key)));
+}
+
+/// This thread's key: what the Python layer set, else its number among the threads that made
+/// collective calls, in order of first use.
+pub fn caller_thread() -> u64 {
+    CALLER.with(|caller| {
+        caller.get().unwrap_or_else(|| {
+            let id = NEXT_CALLER.fetch_add(1, Ordering::Relaxed);
+            caller.set(Some(id));
+            id
+        })
+    })
+}
+
+/// Number `call`, and unless `RINGLET_CHECK=0`, make sure every rank is making the same call.
+pub fn agree(transport: &MpiTransport, call: Call) -> Result<()> {
+    let seq = transport.begin(call);
+    if CHECK.load(Ordering::Relaxed) {
+        consistency::agree(transport, seq, &call)?;
+    }
+    Ok(())
+}
+
+/// One allreduce on ringlet's communicator, checked, counted in [`crate::stats`].
 pub fn allreduce(
     schedule: &'static dyn crate::schedules::Schedule,
     buf: &mut [u8],
     dtype: crate::dtype::DType,
     op: crate::dtype::ReduceOp,
+    thread: u64,
 ) -> Result<()> {
     crate::worker::run_in_order(|| {
         with_transport(|transport| {
+            let call = Call {
+                kind: Kind::Allreduce,
+                dtype: Some(dtype),
+                op: Some(op),
+                count: (buf.len() / dtype.size()) as u64,
+                algorithm: schedule.name(),
+                root: 0,
+                thread,
+            };
+            agree(transport, call)?;
             let started = std::time::Instant::now();
             crate::schedules::allreduce(transport, schedule, buf, dtype, op)?;
             crate::stats::record(schedule.name(), buf.len(), started.elapsed());

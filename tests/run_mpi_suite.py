@@ -31,10 +31,17 @@ def count(report: Path) -> tuple[int, int, int]:
     return tests - failed - skipped, failed, skipped
 
 
+# Importing torch loads its CUDA libraries in every rank; its tests run up to this many ranks
+# (the issue asks for 1-4), which keeps the oversubscribed 5- and 8-rank runs quick.
+TORCH_MAX_RANKS = 4
+
+
 def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
     reports = ROOT / "build" / "test-reports" / f"n{size}"
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir(parents=True)
+    if size > TORCH_MAX_RANKS:
+        pytest_args = [*pytest_args, "--ignore", str(ROOT / "tests/python/test_hvd_torch.py")]
     command = [
         "mpirun", "--timeout", str(TIMEOUT_SECONDS), "-n", str(size),
         sys.executable, str(ROOT / "tests" / "mpi_pytest.py"), *pytest_args,
@@ -67,16 +74,34 @@ def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
     return passed, failed, skipped
 
 
+def run_plain(path: str) -> tuple[int, int, int]:
+    """Tests that launch mpirun jobs themselves (failure handling): one ordinary process."""
+    report = ROOT / "build" / "test-reports" / "plain.xml"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider",
+               f"--junitxml={report}", path]
+    print(f"\n=== jobs launched by the tests: {' '.join(command)}", flush=True)
+    code = subprocess.call(command, cwd=ROOT)
+    passed, failed, skipped = count(report) if report.exists() else (0, 1, 0)
+    if code != 0 and failed == 0:
+        failed = 1
+    return passed, failed, skipped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8])
+    parser.add_argument("--plain", nargs="*", default=[],
+                        help="test paths run by one ordinary pytest process (they launch jobs)")
     args, pytest_args = parser.parse_known_args()
     shutil.rmtree(ROOT / "build" / "test-cache", ignore_errors=True)
-    totals = [run(size, pytest_args or ["-q", "tests/python"]) for size in args.sizes]
+    totals = [run_plain(path) for path in args.plain]
+    totals += [run(size, pytest_args or ["-q", "tests/python"]) for size in args.sizes]
     passed = sum(t[0] for t in totals)
     failed = sum(t[1] for t in totals)
     skipped = sum(t[2] for t in totals)
-    print(f"\nMPI suite over sizes {args.sizes}, counting every rank:")
+    print(f"\nMPI suite over sizes {args.sizes} (every rank counted) and {args.plain or 'no'} "
+          "job-launching tests:")
     print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 

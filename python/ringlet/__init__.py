@@ -9,7 +9,7 @@ Run under ``mpirun -n N python script.py`` (or ``srun``). See the README for the
 
 from . import selector
 from ._allreduce import allreduce
-from ._core import RingletError
+from ._core import MismatchError, RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._gradients import Handle, allreduce_async, allreduce_group_async, average_gradients
 from ._runtime import (
@@ -31,6 +31,7 @@ __all__ = [
     "OPS",
     "SUPPORTED_DTYPES",
     "Handle",
+    "MismatchError",
     "RingletError",
     "allreduce",
     "allreduce_async",

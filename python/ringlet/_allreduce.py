@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _core, selector
 from ._dtypes import SIXTEEN_BIT_FLOATS, check_op, dtype_name
-from ._runtime import init
+from ._runtime import _thread_state, init, register_thread
 
 
 def _why_not_in_place(array: np.ndarray) -> str | None:
@@ -45,6 +45,8 @@ def allreduce(
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
+    if not getattr(_thread_state, "registered", False):
+        register_thread()
     result = _core.allreduce_fast(x, op, out, algorithm)
     if result is not None:
         return result

@@ -8,6 +8,13 @@ import numpy.typing as npt
 class RingletError(RuntimeError):
     """A collective failed: MPI reported an error, or ringlet is not usable in this process."""
 
+class MismatchError(RingletError):
+    """Ranks disagree on the collective they are in."""
+
+def set_thread_key(key: int) -> None: ...
+def abort(code: int) -> None:
+    """MPI_Abort on MPI_COMM_WORLD: ends every process of the job."""
+
 def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
     """Initialize MPI if needed and set up ringlet's communicator.
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import os
+import sys
+import threading
+import zlib
 from typing import Any
 
 from . import _core
@@ -32,6 +36,17 @@ def _mpi4py_comm_handle(comm: Any) -> int:
     return int(comm.py2f())
 
 
+_thread_state = threading.local()
+
+
+def register_thread() -> None:
+    """Key this Python thread's collectives by its name (once per thread): the consistency
+    check then tells two threads' calls apart across ranks."""
+    if not getattr(_thread_state, "registered", False):
+        _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
+        _thread_state.registered = True
+
+
 def init(comm: Any = None) -> None:
     """Initialize ringlet; every other function calls this implicitly.
 
@@ -42,6 +57,7 @@ def init(comm: Any = None) -> None:
     initialized it.
     """
     global _finalizer_registered, _user_comm, _thread_level, _owns_mpi, _topology
+    register_thread()
     if comm is None:
         if _core.is_initialized():
             return
@@ -55,6 +71,33 @@ def init(comm: Any = None) -> None:
         _finalizer_registered = True
     _owns_mpi, _thread_level = _core.init(handle)
     _user_comm, _topology = comm, None
+    _abort_on_uncaught_exceptions()
+
+
+def _abort_on_uncaught_exceptions() -> None:
+    """An uncaught exception on one rank would leave the others waiting in their next
+    collective forever (and MPI_Finalize at exit can wait for them too): print it, then end
+    the whole job, as ``python -m mpi4py`` does. RINGLET_ABORT_ON_EXCEPTION=0 turns it off;
+    interactive sessions (IPython, Jupyter) never reach sys.excepthook for cell errors."""
+    if getattr(sys.excepthook, "_ringlet", False) or _core.size() <= 1:
+        return
+    if os.environ.get("RINGLET_ABORT_ON_EXCEPTION", "1") == "0":
+        return
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+        previous(kind, value, traceback)
+        if _core.is_initialized() and _core.size() > 1:
+            sys.stderr.write(
+                f"ringlet: rank {_core.rank()} stopped on an uncaught {kind.__name__}; ending "
+                "the job so that the other ranks do not wait for it forever "
+                "(RINGLET_ABORT_ON_EXCEPTION=0 to disable)\n"
+            )
+            sys.stderr.flush()
+            _core.abort(1)
+
+    hook._ringlet = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def is_initialized() -> bool:

@@ -1,6 +1,7 @@
 //! `ringlet._core`: thin pyo3 wrappers. Parse arguments, release the GIL, call the core, map
 //! errors. No algorithm lives here.
 
+use crate::consistency::{Call, Kind};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::CoreError;
 use crate::runtime::{self, Parent};
@@ -24,12 +25,20 @@ create_exception!(
     "A collective failed: MPI reported an error, or ringlet is not usable in this process."
 );
 
+create_exception!(
+    ringlet._core,
+    MismatchError,
+    RingletError,
+    "Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."
+);
+
 impl From<CoreError> for PyErr {
     fn from(error: CoreError) -> PyErr {
         match error {
             CoreError::InvalidArgument(msg) => PyValueError::new_err(msg),
             CoreError::UnsupportedDtype(msg) => PyTypeError::new_err(msg),
             CoreError::Communication(msg) => RingletError::new_err(msg),
+            CoreError::Mismatch(msg) => MismatchError::new_err(msg),
         }
     }
 }
@@ -183,7 +192,10 @@ fn run_allreduce(
     op: ReduceOp,
     schedule: &'static dyn schedules::Schedule,
 ) -> PyResult<()> {
-    detached(py, || runtime::allreduce(schedule, bytes, dtype, op))
+    let thread = runtime::caller_thread();
+    detached(py, || {
+        runtime::allreduce(schedule, bytes, dtype, op, thread)
+    })
 }
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
@@ -282,11 +294,28 @@ fn contiguous<'a>(array: &Bound<'_, PyUntypedArray>, what: &str) -> PyResult<&'a
 #[pyfunction]
 fn broadcast(py: Python<'_>, array: &Bound<'_, PyUntypedArray>, root: usize) -> PyResult<()> {
     let bytes = contiguous(array, "broadcast")?;
+    let call = byte_call(Kind::Broadcast, bytes.len(), root);
     detached(py, || {
         worker::run_in_order(|| {
-            runtime::with_transport(|t| schedules::broadcast::broadcast(t, bytes, root))
+            runtime::with_transport(|t| {
+                runtime::agree(t, call)?;
+                schedules::broadcast::broadcast(t, bytes, root)
+            })
         })
     })
+}
+
+/// A broadcast or allgather of `bytes`, for the consistency check.
+fn byte_call(kind: Kind, bytes: usize, root: usize) -> Call {
+    Call {
+        kind,
+        dtype: None,
+        op: None,
+        count: bytes as u64,
+        algorithm: "-",
+        root: root as u64,
+        thread: runtime::caller_thread(),
+    }
 }
 
 /// Byte ranges of consecutive blocks of the given lengths, which must fill `total`.
@@ -317,9 +346,13 @@ fn allgather_into(
     let bytes = contiguous(array, "allgather")?;
     let ranks = size(py)?;
     let blocks = block_ranges(&block_bytes, bytes.len(), ranks)?;
+    let call = byte_call(Kind::Allgather, bytes.len(), 0);
     detached(py, || {
         worker::run_in_order(|| {
-            runtime::with_transport(|t| schedules::ring::allgather(t, bytes, &blocks))
+            runtime::with_transport(|t| {
+                runtime::agree(t, call)?;
+                schedules::ring::allgather(t, bytes, &blocks)
+            })
         })
     })
 }
@@ -342,9 +375,19 @@ fn reduce_scatter(
         return Err(PyValueError::new_err("blocks must hold whole elements"));
     }
     let reduction = schedules::Reduction { dtype, op };
+    let call = Call {
+        kind: Kind::ReduceScatter,
+        dtype: Some(dtype),
+        op: Some(op),
+        count: (bytes.len() / dtype.size()) as u64,
+        algorithm: "ring",
+        root: 0,
+        thread: runtime::caller_thread(),
+    };
     detached(py, || {
         worker::run_in_order(|| {
             runtime::with_transport(|t| {
+                runtime::agree(t, call)?;
                 schedules::ring::reduce_scatter(t, bytes, &blocks, &reduction)?;
                 let own = &mut bytes[blocks[t.rank()].clone()];
                 if op == ReduceOp::Avg {
@@ -462,6 +505,7 @@ fn allreduce_group_async(
         prescale,
         postscale,
         fusion_bytes,
+        thread: runtime::caller_thread(),
     };
     let mut buffers = Vec::with_capacity(arrays.len());
     for array in &arrays {
@@ -479,7 +523,9 @@ fn allreduce_group_async(
         // SAFETY: `keepalive` holds every array until this job ends, the buffers are disjoint
         // (checked above), and the caller may not touch them before the handle completes.
         let mut slices: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
-        runtime::with_transport(|t| fusion::allreduce_group(t, &mut slices, &group))
+        runtime::with_transport(|t| {
+            fusion::allreduce_group(t, &mut slices, &group, &mut |call| runtime::agree(t, call))
+        })
     })
 }
 
@@ -491,11 +537,15 @@ fn broadcast_async(
     output: Py<PyAny>,
 ) -> PyResult<Handle> {
     let buffer = RawBuffer::of(contiguous(array, "broadcast")?);
+    let call = byte_call(Kind::Broadcast, buffer.len, root);
     let keepalive = vec![array.clone().into_any().unbind()];
     submit(keepalive, output, move || {
         // SAFETY: as in `allreduce_group_async`, for one array.
         let bytes = unsafe { buffer.slice() };
-        runtime::with_transport(|t| schedules::broadcast::broadcast(t, bytes, root))
+        runtime::with_transport(|t| {
+            runtime::agree(t, call)?;
+            schedules::broadcast::broadcast(t, bytes, root)
+        })
     })
 }
 
@@ -568,6 +618,20 @@ fn set_stats_enabled(enabled: bool) {
     crate::stats::set_enabled(enabled);
 }
 
+/// Key this thread's collectives by `key` (a hash of the Python thread's name) in the
+/// consistency check, so that two threads' calls never pair up across ranks unnoticed.
+#[pyfunction]
+fn set_thread_key(key: u64) {
+    runtime::set_caller_thread(key);
+}
+
+/// End every process of the job now (MPI_Abort on MPI_COMM_WORLD), e.g. after an unhandled
+/// exception on one rank, which would otherwise leave the others waiting forever.
+#[pyfunction]
+fn abort(code: i32) {
+    crate::transport::mpi::abort(code)
+}
+
 #[pyfunction]
 fn algorithms() -> Vec<&'static str> {
     schedules::SCHEDULES.iter().map(|s| s.name()).collect()
@@ -587,12 +651,15 @@ fn ops() -> Vec<&'static str> {
 mod _core {
     #[pymodule_export]
     use super::{
+        abort, allgather_into, allreduce_group_async, broadcast_async, reduce_scatter,
+        set_thread_key, Handle, MismatchError,
+    };
+    #[pymodule_export]
+    use super::{
         algorithms, allreduce, barrier, dtypes, finalize, init, is_initialized, kernel_level,
         max_message_bytes, mpi_library_version, ops, rank, segment_bytes, set_max_message_bytes,
         set_segment_bytes, shutdown, size, RingletError,
     };
-    #[pymodule_export]
-    use super::{allgather_into, allreduce_group_async, broadcast_async, reduce_scatter, Handle};
     #[pymodule_export]
     use super::{
         allreduce_fast, auto_choice, broadcast, clear_auto_table, measure_combine,

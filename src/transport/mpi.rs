@@ -9,6 +9,7 @@
 use super::{
     check_receive_length, message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES,
 };
+use crate::consistency::Call;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use mpi::ffi;
@@ -16,7 +17,9 @@ use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 extern "C" {
     fn ringlet_mpi_in_place() -> *mut c_void;
@@ -26,12 +29,24 @@ extern "C" {
 /// other traffic can match it.
 const TAG: c_int = 0x52_4c; // "RL"
 
+/// What to do when a wait takes long: warn after `warning`, end the job after `timeout`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StallPolicy {
+    pub warning: Option<Duration>,
+    pub timeout: Option<Duration>,
+}
+
 pub struct MpiTransport {
     /// `None` only after MPI was finalized under us; then the handle is leaked, not freed.
     comm: Option<SimpleCommunicator>,
     rank: usize,
     size: usize,
     max_message_bytes: AtomicUsize,
+    /// Collectives started on this communicator (the consistency check's sequence number).
+    sequence: AtomicU64,
+    /// The collective in progress, for stall messages.
+    current: Mutex<Option<(u64, Call)>>,
+    pub stall: StallPolicy,
 }
 
 // SAFETY: an MPI communicator handle may be used from any thread of the process as long as the
@@ -79,7 +94,24 @@ impl MpiTransport {
             rank: rank as usize,
             size: size as usize,
             max_message_bytes: AtomicUsize::new(DEFAULT_MAX_MESSAGE_BYTES),
+            sequence: AtomicU64::new(0),
+            current: Mutex::new(None),
+            stall: StallPolicy::default(),
         })
+    }
+
+    /// Number the next collective and remember it for stall messages.
+    pub fn begin(&self, call: Call) -> u64 {
+        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((seq, call));
+        seq
+    }
+
+    fn describe_current(&self) -> String {
+        match *self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((seq, call)) => call.describe_as(seq),
+            None => "a collective".into(),
+        }
     }
 
     fn raw(&self) -> Result<ffi::MPI_Comm> {
@@ -141,28 +173,79 @@ fn null_request() -> ffi::MPI_Request {
 struct MpiPending<'a> {
     requests: Vec<ffi::MPI_Request>,
     what: &'static str,
+    transport: &'a MpiTransport,
+    peer: usize,
     /// A receive's buffer, handed back once the data is in; `None` for sends.
     received: Option<&'a mut [u8]>,
     _send_buffer: PhantomData<&'a [u8]>,
 }
 
 impl MpiPending<'_> {
+    /// Poll until every request completes, watching the clock: a stalled peer gets a warning
+    /// after `RINGLET_STALL_WARNING` seconds, and ends the job after `RINGLET_TIMEOUT`.
     fn wait_all(&mut self) -> Result<()> {
         if self.requests.is_empty() {
             return Ok(());
         }
-        // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps
-        // alive and that nothing else touches until this wait returns.
-        let code = unsafe {
-            ffi::MPI_Waitall(
-                self.requests.len() as c_int,
-                self.requests.as_mut_ptr(),
-                ffi::RSMPI_STATUSES_IGNORE,
-            )
-        };
-        self.requests.clear();
-        check(code, self.what)
+        let started = Instant::now();
+        let policy = self.transport.stall;
+        let mut warned = false;
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps
+            // alive and that nothing else touches until this wait returns; completed requests
+            // become MPI_REQUEST_NULL, which MPI_Testall accepts again.
+            let code = unsafe {
+                ffi::MPI_Testall(
+                    self.requests.len() as c_int,
+                    self.requests.as_mut_ptr(),
+                    &mut flag,
+                    ffi::RSMPI_STATUSES_IGNORE,
+                )
+            };
+            if code != ffi::MPI_SUCCESS as c_int || flag != 0 {
+                self.requests.clear();
+                return check(code, self.what);
+            }
+            let waited = started.elapsed();
+            if let Some(limit) = policy.warning.filter(|limit| !warned && waited >= *limit) {
+                eprintln!(
+                    "ringlet: rank {} has waited {:.0} s in {} for rank {}, which has not \
+                     joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
+                    self.transport.rank,
+                    waited.as_secs_f64(),
+                    self.transport.describe_current(),
+                    self.peer,
+                    limit.as_secs_f64()
+                );
+                warned = true;
+            }
+            if let Some(limit) = policy.timeout.filter(|limit| waited >= *limit) {
+                eprintln!(
+                    "ringlet: rank {} gives up after {:.0} s in {} waiting for rank {} \
+                     (RINGLET_TIMEOUT={}): ending the job",
+                    self.transport.rank,
+                    waited.as_secs_f64(),
+                    self.transport.describe_current(),
+                    self.peer,
+                    limit.as_secs_f64()
+                );
+                abort(1);
+            }
+            if waited > Duration::from_millis(1) {
+                std::thread::yield_now(); // long waits share the core (oversubscribed runs)
+            }
+        }
     }
+}
+
+/// End every process of the job (MPI_Abort on MPI_COMM_WORLD).
+pub fn abort(code: c_int) -> ! {
+    // SAFETY: MPI_Abort may be called at any time after initialization; it does not return.
+    unsafe {
+        ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);
+    }
+    std::process::exit(code)
 }
 
 impl<'a> Pending<'a> for MpiPending<'a> {
@@ -193,6 +276,8 @@ impl Transport for MpiTransport {
         let mut pending = MpiPending {
             requests: Vec::with_capacity(1),
             what: "MPI_Isend",
+            transport: self,
+            peer: dest as usize,
             received: None,
             _send_buffer: PhantomData,
         };
@@ -228,6 +313,8 @@ impl Transport for MpiTransport {
         let mut pending = MpiPending {
             requests: Vec::with_capacity(1),
             what: "MPI_Irecv",
+            transport: self,
+            peer: source as usize,
             received: None,
             _send_buffer: PhantomData,
         };
@@ -253,36 +340,6 @@ impl Transport for MpiTransport {
         }
         pending.received = Some(data);
         Ok(Request::new(Box::new(pending)))
-    }
-
-    fn sendrecv(&self, send: &[u8], dest: usize, recv: &mut [u8], source: usize) -> Result<()> {
-        let limit = self.max_message_bytes();
-        if send.len() > limit || recv.len() > limit {
-            let receiving = self.irecv(recv, source)?;
-            let sending = self.isend(send, dest)?;
-            let received = receiving.wait();
-            return received.and(sending.wait());
-        }
-        let (comm, dest, source) = (self.raw()?, self.peer(dest)?, self.peer(source)?);
-        // SAFETY: both buffers are live for the call and their lengths fit a C int (checked
-        // against the limit above, which is at most i32::MAX).
-        let code = unsafe {
-            ffi::MPI_Sendrecv(
-                send.as_ptr().cast(),
-                send.len() as c_int,
-                ffi::RSMPI_UINT8_T,
-                dest,
-                TAG,
-                recv.as_mut_ptr().cast(),
-                recv.len() as c_int,
-                ffi::RSMPI_UINT8_T,
-                source,
-                TAG,
-                comm,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        };
-        check(code, "MPI_Sendrecv")
     }
 
     fn native_allreduce(&self, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
