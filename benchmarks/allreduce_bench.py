@@ -225,7 +225,11 @@ def fill_value(op: str) -> int:
 
 
 def auto_choice(nbytes: int, n_ranks: int, dtype: str, op: str) -> str:
-    """The algorithm ``algorithm="auto"`` runs, if ringlet's selector can tell ("" if not)."""
+    """The algorithm ``algorithm="auto"`` runs, if ringlet's selector can tell ("" if not).
+
+    Every rank calls this, in the same order: the selector's first call may be collective (it
+    loads or runs ringlet's calibration).
+    """
     choose = getattr(getattr(ringlet, "selector", None), "choose", None)
     if choose is None:
         return ""

@@ -1,18 +1,26 @@
 //! Working memory for schedules, counted.
 //!
 //! Every buffer a schedule allocates comes from [`Scratch::new`], which records the bytes in
-//! use per thread. Tests run each rank in its own thread and read [`peak_bytes`] to prove the
+//! use per thread (and reuses large buffers from earlier calls). Tests run each rank in its own thread and read [`peak_bytes`] to prove the
 //! bounds the algorithms promise (ring m/N, halving-doubling m/2, recursive doubling a piece).
 
 use crate::error::{CoreError, Result};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 thread_local! {
     static IN_USE: Cell<usize> = const { Cell::new(0) };
     static PEAK: Cell<usize> = const { Cell::new(0) };
+    /// Buffers kept from earlier calls: fresh pages cost a page fault each (a 32 MiB buffer is
+    /// 8192 faults, more than the transfer itself on one node), so large ones are reused.
+    static POOL: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A zeroed, 8-byte-aligned buffer (aligned for every dtype the kernels read).
+/// Buffers kept per thread, and the most memory they may hold.
+const POOL_BUFFERS: usize = 4;
+const POOL_BYTES: usize = 512 << 20;
+
+/// An 8-byte-aligned buffer (aligned for every dtype the kernels read). Its contents start
+/// unspecified (zeros, or an earlier call's bytes): schedules write before they read.
 pub struct Scratch {
     words: Vec<u64>,
     len: usize,
@@ -24,10 +32,17 @@ impl Scratch {
             in_use.set(in_use.get() + len);
             PEAK.with(|peak| peak.set(peak.get().max(in_use.get())));
         });
-        Scratch {
-            words: vec![0; len.div_ceil(8)],
-            len,
-        }
+        let words_needed = len.div_ceil(8);
+        let reused = POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            // The smallest kept buffer that is large enough.
+            let best = (0..pool.len())
+                .filter(|&i| pool[i].len() >= words_needed)
+                .min_by_key(|&i| pool[i].len());
+            best.map(|i| pool.swap_remove(i))
+        });
+        let words = reused.unwrap_or_else(|| vec![0; words_needed]);
+        Scratch { words, len }
     }
 
     /// The first `len` bytes.
@@ -47,6 +62,20 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         IN_USE.with(|in_use| in_use.set(in_use.get() - self.len));
+        let words = std::mem::take(&mut self.words);
+        if words.len() * 8 < 64 << 10 {
+            return; // small buffers are cheap to allocate again
+        }
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            pool.push(words);
+            // Keep the largest few, within the byte budget.
+            pool.sort_by_key(|w| std::cmp::Reverse(w.len()));
+            pool.truncate(POOL_BUFFERS);
+            while pool.iter().map(|w| w.len() * 8).sum::<usize>() > POOL_BYTES {
+                pool.remove(0);
+            }
+        });
     }
 }
 
