@@ -29,6 +29,11 @@ run: setup
 quickstart: setup
 	mpirun -n $(NP) $(PYTHON) examples/quickstart.py
 
+# make bench NP=2 BENCH_ARGS="--dtype bfloat16 --compare-float32 --max-size 64M"
+BENCH_ARGS ?=
+bench: setup
+	mpirun -n $(NP) $(PYTHON) benchmarks/allreduce_bench.py --markdown $(BENCH_ARGS)
+
 test: setup test-rust lint test-python
 
 setup: $(STAMPS)/system $(STAMPS)/build
@@ -55,7 +60,7 @@ test-rust: $(STAMPS)/system
 	cargo test
 
 lint: setup
-	$(VENV)/bin/ruff check python tests examples $(wildcard benchmarks/*.py)
+	$(VENV)/bin/ruff check python tests examples benchmarks
 
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --plain tests/failures --sizes $(TEST_SIZES) \
