@@ -45,7 +45,8 @@ ALGORITHMS = ("ring", "pipelined_ring", "halving_doubling", "recursive_doubling"
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts, besides "auto"."""
 
 CACHE_FORMAT = 1
-CALIBRATION_SIZES = (8, 256, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20)
+CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
+                     16 << 20)
 """float32 message sizes (bytes) at which calibration times every candidate."""
 LARGE_CALIBRATION_SIZE = 64 << 20
 """Also timed, for the two best candidates at the largest size above: beyond the last-level
@@ -304,8 +305,15 @@ def calibration_key() -> dict[str, Any]:
         "mpi": _core.mpi_library_version().splitlines()[0],
         "ringlet": __version__,
         "kernels": _core.kernel_level(),
+        "core_build": _core_build(),
         "segment_bytes": _core.segment_bytes(),
     }
+
+
+def _core_build() -> str:
+    """Size and time of the compiled core: a rebuilt core is calibrated afresh."""
+    stat = Path(_core.__file__).stat()
+    return f"{stat.st_size}-{int(stat.st_mtime)}"
 
 
 def cache_path(key: dict[str, Any]) -> Path:
@@ -387,7 +395,7 @@ def _measure(key: dict[str, Any]) -> Parameters:
 
     last: dict[str, float] = {}
     for nbytes in CALIBRATION_SIZES:
-        last = _time_candidates(nbytes, ALGORITHMS, 7 if nbytes < (1 << 20) else 3)
+        last = _time_candidates(nbytes, ALGORITHMS, 15 if nbytes < (1 << 20) else 3)
         record(nbytes, last)
     leaders = tuple(sorted(last, key=last.__getitem__)[:2])
     record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, leaders, 3))
