@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: run quickstart test setup build test-rust test-python lint bench clean
+.PHONY: run quickstart test setup build test-rust test-python lint bench memcheck clean
 
 run: setup
 	mpirun -n $(NP) $(PYTHON) examples/train_digits.py
@@ -34,7 +34,7 @@ BENCH_ARGS ?=
 bench: setup
 	mpirun -n $(NP) $(PYTHON) benchmarks/allreduce_bench.py --markdown $(BENCH_ARGS)
 
-test: setup test-rust lint test-python
+test: setup test-rust memcheck lint test-python
 
 setup: $(STAMPS)/system $(STAMPS)/build
 
@@ -58,6 +58,13 @@ test-rust: $(STAMPS)/system
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo test
+
+# The Rust kernels and a quick slice of the schedule tests under valgrind's memcheck (Miri and
+# the sanitizers need a nightly toolchain, which this machine cannot install).
+memcheck: $(STAMPS)/system
+	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind --error-exitcode=1 -q" \
+		cargo test --test kernels --test schedules -- --test-threads=1 \
+		every_supported_level broadcast long_messages pipelined_ring_with_many_small
 
 lint: setup
 	$(VENV)/bin/ruff check python tests examples benchmarks

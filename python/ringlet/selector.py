@@ -49,7 +49,7 @@ CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20
                      16 << 20)
 """float32 message sizes (bytes) at which calibration times every candidate."""
 LARGE_CALIBRATION_SIZE = 64 << 20
-"""Also timed, for the two best candidates at the largest size above: beyond the last-level
+"""Also timed, for the three best candidates at the largest size above: beyond the last-level
 cache the winners change."""
 
 # Built-in parameters (a 2-core AMD EPYC VM, Open MPI 4.1): used with RINGLET_CALIBRATE=0
@@ -355,7 +355,8 @@ def _max_over_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> dict[str, float]:
-    """Median seconds (the slowest rank's, per run) of each algorithm on float32 zeros."""
+    """Best seconds (the slowest rank's, per run) of each algorithm on float32 zeros: on a
+    shared machine noise only adds time, so the minimum ranks candidates most reliably."""
     from ._allreduce import allreduce
 
     buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
@@ -367,7 +368,7 @@ def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> 
             allreduce(buf, "sum", out=buf, algorithm=name)
             samples[j, i] = time.perf_counter() - start
     samples = _max_over_ranks(samples)
-    return {name: float(np.median(samples[j])) for j, name in enumerate(algorithms)}
+    return {name: float(np.min(samples[j])) for j, name in enumerate(algorithms)}
 
 
 def _measure(key: dict[str, Any]) -> Parameters:
@@ -395,10 +396,10 @@ def _measure(key: dict[str, Any]) -> Parameters:
 
     last: dict[str, float] = {}
     for nbytes in CALIBRATION_SIZES:
-        last = _time_candidates(nbytes, ALGORITHMS, 15 if nbytes < (1 << 20) else 3)
+        last = _time_candidates(nbytes, ALGORITHMS, 40 if nbytes < (1 << 20) else 5)
         record(nbytes, last)
-    leaders = tuple(sorted(last, key=last.__getitem__)[:2])
-    record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, leaders, 3))
+    leaders = tuple(sorted(last, key=last.__getitem__)[:3])
+    record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, leaders, 5))
     params.corrections = measured
     params.calibration_seconds = time.perf_counter() - started
     return params
