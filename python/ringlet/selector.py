@@ -44,7 +44,7 @@ from ._dtypes import SIXTEEN_BIT_FLOATS, SUPPORTED_DTYPES, check_op
 ALGORITHMS = ("ring", "pipelined_ring", "halving_doubling", "recursive_doubling", "mpi")
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts, besides "auto"."""
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # bump when the calibration procedure changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
                      16 << 20)
 """float32 message sizes (bytes) at which calibration times every candidate."""
@@ -306,6 +306,7 @@ def calibration_key() -> dict[str, Any]:
         "ringlet": __version__,
         "kernels": _core.kernel_level(),
         "core_build": _core_build(),
+        "format": CACHE_FORMAT,
         "segment_bytes": _core.segment_bytes(),
     }
 

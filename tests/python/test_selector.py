@@ -172,7 +172,9 @@ def test_stale_cache_is_ignored(quick_calibration, comm, size):
     assert params.source.startswith("calibrated now") and params.alpha != 1.0
 
 
-@pytest.mark.parametrize("bad", ['{"format": 1, "alpha": -1}', '[1, 2]', '{"format": 99}'])
+@pytest.mark.parametrize(
+    "bad", [f'{{"format": {selector.CACHE_FORMAT}, "alpha": -1}}', "[1, 2]", '{"format": 99}']
+)
 def test_invalid_parameters_are_rejected(bad):
     with pytest.raises((ValueError, TypeError)):
         selector.Parameters.from_json(bad, source="test")
