@@ -148,6 +148,32 @@ impl MpiTransport {
         }
     }
 
+    /// Start `len` bytes to or from `peer` as messages of at most the split limit, each begun by
+    /// `start(piece, request)` (MPI_Isend or MPI_Irecv). If one fails, the pieces already
+    /// started are waited for when the returned error drops them.
+    fn post<'a>(
+        &'a self,
+        what: &'static str,
+        peer: c_int,
+        len: usize,
+        start: impl Fn(std::ops::Range<usize>, &mut ffi::MPI_Request) -> c_int,
+    ) -> Result<MpiPending<'a>> {
+        let mut pending = MpiPending {
+            requests: Vec::with_capacity(1),
+            what,
+            transport: self,
+            peer: peer as usize,
+            received: None,
+            _send_buffer: PhantomData,
+        };
+        for piece in message_pieces(len, self.max_message_bytes(), 1) {
+            let mut request = null_request();
+            check(start(piece, &mut request), what)?;
+            pending.requests.push(request);
+        }
+        Ok(pending)
+    }
+
     /// Free the communicator now (it must happen before MPI_Finalize).
     pub fn release(&mut self) {
         if let Some(comm) = self.comm.take() {
@@ -273,19 +299,10 @@ impl Transport for MpiTransport {
 
     fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>> {
         let (comm, dest) = (self.raw()?, self.peer(dest)?);
-        let mut pending = MpiPending {
-            requests: Vec::with_capacity(1),
-            what: "MPI_Isend",
-            transport: self,
-            peer: dest as usize,
-            received: None,
-            _send_buffer: PhantomData,
-        };
-        for piece in message_pieces(data.len(), self.max_message_bytes(), 1) {
-            let mut request = null_request();
+        let pending = self.post("MPI_Isend", dest, data.len(), |piece, request| {
             // SAFETY: the piece lies inside `data`, which outlives the request (`'a`); its length
             // fits a C int because pieces are at most i32::MAX bytes.
-            let code = unsafe {
+            unsafe {
                 ffi::MPI_Isend(
                     data[piece.clone()].as_ptr().cast(),
                     piece.len() as c_int,
@@ -293,12 +310,10 @@ impl Transport for MpiTransport {
                     dest,
                     TAG,
                     comm,
-                    &mut request,
+                    request,
                 )
-            };
-            check(code, "MPI_Isend")?;
-            pending.requests.push(request);
-        }
+            }
+        })?;
         Ok(Request::new(Box::new(pending)))
     }
 
@@ -310,21 +325,12 @@ impl Transport for MpiTransport {
     ) -> Result<Request<'a>> {
         let (comm, source) = (self.raw()?, self.peer(source)?);
         check_receive_length(len, data.len())?;
-        let mut pending = MpiPending {
-            requests: Vec::with_capacity(1),
-            what: "MPI_Irecv",
-            transport: self,
-            peer: source as usize,
-            received: None,
-            _send_buffer: PhantomData,
-        };
         let base = data.as_mut_ptr();
-        for piece in message_pieces(len, self.max_message_bytes(), 1) {
-            let mut request = null_request();
+        let mut pending = self.post("MPI_Irecv", source, len, |piece, request| {
             // SAFETY: as in `isend`; the pieces are disjoint, so no two receives share bytes.
             // MPI writes through `base`, derived from `data`, which the request holds and hands
-            // back only after MPI_Waitall.
-            let code = unsafe {
+            // back only after every piece has completed.
+            unsafe {
                 ffi::MPI_Irecv(
                     base.add(piece.start).cast(),
                     piece.len() as c_int,
@@ -332,12 +338,10 @@ impl Transport for MpiTransport {
                     source,
                     TAG,
                     comm,
-                    &mut request,
+                    request,
                 )
-            };
-            check(code, "MPI_Irecv")?;
-            pending.requests.push(request);
-        }
+            }
+        })?;
         pending.received = Some(data);
         Ok(Request::new(Box::new(pending)))
     }
