@@ -28,6 +28,8 @@ extern "C" {
 /// Every ringlet message uses this tag; the communicator is ringlet's own duplicate, so no
 /// other traffic can match it.
 const TAG: c_int = 0x52_4c; // "RL"
+/// Stall reports to rank 0 ("I have been waiting in collective #k"), off the data path.
+const STALL_TAG: c_int = TAG + 1;
 
 /// What to do when a wait takes long: warn after `warning`, end the job after `timeout`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,6 +48,8 @@ pub struct MpiTransport {
     sequence: AtomicU64,
     /// The collective in progress, for stall messages.
     current: Mutex<Option<(u64, Call)>>,
+    /// On rank 0: the last collective each rank reported being stuck in.
+    stall_reports: Mutex<Vec<Option<u64>>>,
     pub stall: StallPolicy,
 }
 
@@ -96,6 +100,7 @@ impl MpiTransport {
             max_message_bytes: AtomicUsize::new(DEFAULT_MAX_MESSAGE_BYTES),
             sequence: AtomicU64::new(0),
             current: Mutex::new(None),
+            stall_reports: Mutex::new(vec![None; size as usize]),
             stall: StallPolicy::default(),
         })
     }
@@ -105,6 +110,84 @@ impl MpiTransport {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((seq, call));
         seq
+    }
+
+    fn current_seq(&self) -> Option<u64> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|(seq, _)| seq)
+    }
+
+    /// Tell rank 0 that this rank has waited past the warning in collective `seq`. A tiny
+    /// eager message; failures are ignored (this is diagnostics).
+    fn report_stall(&self, seq: u64) {
+        let Ok(comm) = self.raw() else { return };
+        let bytes = seq.to_le_bytes();
+        // SAFETY: an 8-byte send from a live local buffer on a live communicator.
+        unsafe {
+            ffi::MPI_Send(
+                bytes.as_ptr().cast(),
+                8,
+                ffi::RSMPI_UINT8_T,
+                0,
+                STALL_TAG,
+                comm,
+            );
+        }
+    }
+
+    /// On rank 0: take in the stall reports that have arrived.
+    fn collect_stall_reports(&self) {
+        let Ok(comm) = self.raw() else { return };
+        let mut reports = self.stall_reports.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: MPI_Status is plain data that MPI_Iprobe fills in.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            // SAFETY: probing a live communicator; `flag` and `status` are live locals.
+            let code = unsafe {
+                ffi::MPI_Iprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    STALL_TAG,
+                    comm,
+                    &mut flag,
+                    &mut status,
+                )
+            };
+            if code != ffi::MPI_SUCCESS as c_int || flag == 0 {
+                return;
+            }
+            let mut bytes = [0u8; 8];
+            let source = status.MPI_SOURCE;
+            // SAFETY: receiving the 8-byte report just probed into a live local buffer.
+            let code = unsafe {
+                ffi::MPI_Recv(
+                    bytes.as_mut_ptr().cast(),
+                    8,
+                    ffi::RSMPI_UINT8_T,
+                    source,
+                    STALL_TAG,
+                    comm,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            if code != ffi::MPI_SUCCESS as c_int {
+                return;
+            }
+            if let Some(slot) = reports.get_mut(source as usize) {
+                *slot = Some(u64::from_le_bytes(bytes));
+            }
+        }
+    }
+
+    /// On rank 0: the ranks that have not reported waiting in collective `seq` (rank 0 itself
+    /// is waiting), i.e. the ranks that have not joined it.
+    fn missing_from(&self, seq: u64) -> Vec<usize> {
+        let reports = self.stall_reports.lock().unwrap_or_else(|e| e.into_inner());
+        (1..self.size)
+            .filter(|&r| reports[r] != Some(seq))
+            .collect()
     }
 
     fn describe_current(&self) -> String {
@@ -215,7 +298,9 @@ impl MpiPending<'_> {
         }
         let started = Instant::now();
         let policy = self.transport.stall;
+        let transport = self.transport;
         let mut warned = false;
+        let mut summarized = false;
         loop {
             let mut flag: c_int = 0;
             // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps
@@ -245,6 +330,33 @@ impl MpiPending<'_> {
                     limit.as_secs_f64()
                 );
                 warned = true;
+                if let (Some(seq), true) = (transport.current_seq(), transport.rank != 0) {
+                    transport.report_stall(seq);
+                }
+            }
+            // Rank 0 gathers the reports and, half a warning period later, names the ranks
+            // from which it heard nothing: they have not joined (Horovod's stall inspector).
+            if let (Some(limit), 0, false) = (policy.warning, transport.rank, summarized) {
+                if waited >= limit {
+                    transport.collect_stall_reports();
+                }
+                if let Some(seq) = transport.current_seq().filter(|_| waited >= limit * 3 / 2) {
+                    let missing = transport.missing_from(seq);
+                    if !missing.is_empty() {
+                        eprintln!(
+                            "ringlet: {} has waited {:.0} s: rank(s) {} have not joined it \
+                             (every other rank reports waiting)",
+                            transport.describe_current(),
+                            waited.as_secs_f64(),
+                            missing
+                                .iter()
+                                .map(|r| r.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                    }
+                    summarized = true;
+                }
             }
             if let Some(limit) = policy.timeout.filter(|limit| waited >= *limit) {
                 eprintln!(

@@ -77,14 +77,18 @@ def test_an_uncaught_exception_on_one_rank_ends_the_job():
 
 def test_stall_warning_names_the_rank_that_has_not_joined():
     code, output, _ = launch(LOOP + """
-    if ringlet.rank() == 1:
-        time.sleep(4)
+    if ringlet.rank() == 2:
+        time.sleep(5)
     ringlet.allreduce(np.ones(1000, dtype=np.float32))
     print("done", ringlet.rank(), flush=True)
-    """, env={"RINGLET_STALL_WARNING": "1"})
+    """, ranks=3, env={"RINGLET_STALL_WARNING": "1"})
     assert code == 0, output
-    assert re.search(r"rank 0 has waited 1 s in allreduce #\d+ of float32\[1000\]", output), output
-    assert "for rank 1" in output and output.count("done") == 2
+    # Each waiting rank names the rank it waits for ...
+    assert re.search(r"rank [01] has waited 1 s in allreduce #\d+ of float32\[1000\]", output)
+    # ... and rank 0, having heard from rank 1, names the one that has not joined.
+    assert re.search(r"allreduce #\d+ of float32\[1000\].* has waited \d s: rank\(s\) 2 have "
+                     r"not joined it", output), output
+    assert output.count("done") == 3
 
 
 def test_timeout_turns_a_stall_into_an_error_that_ends_the_job():
