@@ -175,17 +175,10 @@ def allreduce_async(
     Returns a handle: ``done()`` polls, ``wait()`` returns the reduced array. Operations run in
     submission order (so every rank must submit them in the same order).
     """
-    if out is None:
-        # The checked path makes the copy (and all the argument checks) without reducing it.
-        result = _prepare(x, op, algorithm)
-    else:
-        result = _prepare(x, op, algorithm, out=out)
+    # The checked path makes the copy (and all the argument checks) without reducing it.
+    result = _allreduce_checked(x, op, out, algorithm, reduce=False)
     return allreduce_group_async(
         [result], op, algorithm=algorithm, compression=compression, prescale=prescale,
         postscale=postscale, fusion_threshold=0, result=result,
     )
 
-
-def _prepare(x: Any, op: str, algorithm: str, out: Any = None) -> np.ndarray:
-    """The array an allreduce of ``x`` would reduce in place, with its argument checks."""
-    return _allreduce_checked(x, op, out, algorithm, reduce=False)
