@@ -1,23 +1,183 @@
 #!/usr/bin/env bash
 # Make sure the system has what ringlet builds and runs with: an MPI library with its compiler
-# wrapper and headers (mpicc), mpirun, and libclang (rsmpi generates its MPI bindings with
-# bindgen). As root on Debian/Ubuntu it installs what is missing; otherwise it says what to do.
+# wrapper and headers (mpicc, or $MPICC), a launcher (mpirun or mpiexec), and libclang (rsmpi
+# generates its MPI bindings with bindgen). As root on Debian/Ubuntu it installs what is
+# missing with apt; otherwise it says what to install.
+#
+#   tools/install_system_deps.sh            install what is missing
+#   tools/install_system_deps.sh --mpich    also MPICH beside the default MPI (make test-mpich)
+#   tools/install_system_deps.sh --check    print what is missing, install nothing
+#                                           (exit 0: nothing, 1: packages missing, 2: broken)
+#
+# The detection uses shell builtins only (tests run it with a PATH of fake tools), and finds
+# libclang exactly where bindgen's clang-sys looks for it: LIBCLANG_PATH alone if set, else
+# `llvm-config --prefix`, LD_LIBRARY_PATH, LIBRARY_PATH and the system library directories,
+# accepting libclang.so, libclang-N.so, libclang.so.N and libclang-N.so.N but never
+# libclang-cpp (the C++ library, which comes with LLVM and does not serve bindgen).
+# RINGLET_SYSROOT prefixes the system directories searched (for those tests).
 set -euo pipefail
+shopt -s nullglob
+
+check_only=false
+want_mpich=false
+for argument in "$@"; do
+    case "$argument" in
+        --check) check_only=true ;;
+        --mpich) want_mpich=true ;;
+        *) echo "usage: $0 [--check] [--mpich]" >&2; exit 2 ;;
+    esac
+done
+root="${RINGLET_SYSROOT:-}"
 
 missing=()
-command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
-command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
-if [ -z "${LIBCLANG_PATH:-}" ] &&
-   ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null &&
-   ! compgen -G "/usr/lib/*-linux-gnu/libclang*.so*" >/dev/null; then
-    missing+=(libclang-dev)
+problems=()
+note() { echo "install_system_deps: $*" >&2; }
+
+# --- libclang ------------------------------------------------------------------------------
+
+is_libclang_name() {
+    case "$1" in
+        *-cpp.*) return 1 ;;  # libclang-cpp.so.14: clang-sys skips it, so must we
+        libclang.so | libclang-*.so | libclang.so.* | libclang-*.so.*) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+dir_has_libclang() {
+    local file
+    for file in "$1"/libclang*; do
+        if [ -f "$file" ] && is_libclang_name "${file##*/}"; then
+            found_libclang="$file"
+            return 0
+        fi
+    done
+    return 1
+}
+
+find_libclang() {
+    local directory pattern prefix
+    if [ -n "${LIBCLANG_PATH:-}" ]; then
+        # bindgen searches only here when it is set.
+        if [ -f "$LIBCLANG_PATH" ] && is_libclang_name "${LIBCLANG_PATH##*/}"; then
+            found_libclang="$LIBCLANG_PATH"
+            return 0
+        fi
+        [ -d "$LIBCLANG_PATH" ] && dir_has_libclang "$LIBCLANG_PATH" && return 0
+        return 2
+    fi
+    if command -v llvm-config >/dev/null 2>&1 && prefix="$(llvm-config --prefix 2>/dev/null)" &&
+        [ -n "$prefix" ]; then
+        for directory in "$prefix/bin" "$prefix/lib" "$prefix/lib64"; do
+            dir_has_libclang "$directory" && return 0
+        done
+    fi
+    local IFS=:
+    for directory in ${LD_LIBRARY_PATH:-} ${LIBRARY_PATH:-}; do
+        [ -n "$directory" ] && dir_has_libclang "$directory" && return 0
+    done
+    unset IFS
+    for pattern in /usr/local/llvm*/lib* /usr/local/lib*/*/* /usr/local/lib*/* /usr/local/lib* \
+        /usr/lib*/*/* /usr/lib*/* /usr/lib*; do
+        for directory in "$root"$pattern; do
+            [ -d "$directory" ] && dir_has_libclang "$directory" && return 0
+        done
+    done
+    return 1
+}
+
+found_libclang=""
+libclang_status=0
+find_libclang || libclang_status=$?
+case "$libclang_status" in
+    0) ;;
+    1) missing+=(libclang-dev) ;;
+    *) problems+=("LIBCLANG_PATH=$LIBCLANG_PATH holds no libclang (libclang.so, libclang-<N>.so or libclang.so.<N>; libclang-cpp does not count): point it at the directory that does, or unset it") ;;
+esac
+
+# --- MPI -----------------------------------------------------------------------------------
+
+# "openmpi", "mpich" or "" for an MPI compiler wrapper or launcher.
+mpi_flavor() {
+    local output
+    output="$("$1" -showme:version 2>&1 || true)"
+    case "$output" in *"Open MPI"*) echo openmpi; return ;; esac
+    output="$("$1" --version 2>&1 || true) $("$1" -v 2>&1 || true)"
+    case "$output" in
+        *"Open MPI"* | *"OpenRTE"*) echo openmpi ;;
+        *MPICH* | *HYDRA* | *Hydra*) echo mpich ;;
+        *) echo "" ;;
+    esac
+}
+
+dev_package() { [ "$1" = mpich ] && echo libmpich-dev || echo libopenmpi-dev; }
+bin_package() { [ "$1" = mpich ] && echo mpich || echo openmpi-bin; }
+
+compiler=""
+if [ -n "${MPICC:-}" ]; then
+    compiler="$(command -v "$MPICC" 2>/dev/null || true)"
+    [ -n "$compiler" ] || problems+=("MPICC=$MPICC is not an executable: point it at your MPI's mpicc, or unset it")
+else
+    compiler="$(command -v mpicc 2>/dev/null || true)"
+fi
+launcher="$(command -v mpirun 2>/dev/null || command -v mpiexec 2>/dev/null || true)"
+
+if [ -z "${MPICC:-}" ] || [ -n "$compiler" ]; then
+    if [ -z "$compiler" ] && [ -z "$launcher" ]; then
+        missing+=(libopenmpi-dev openmpi-bin)
+    elif [ -z "$compiler" ]; then
+        flavor="$(mpi_flavor "$launcher")"
+        missing+=("$(dev_package "$flavor")")
+    elif [ -z "$launcher" ]; then
+        flavor="$(mpi_flavor "$compiler")"
+        if [ -n "$flavor" ]; then
+            missing+=("$(bin_package "$flavor")")
+        else
+            problems+=("$compiler is an MPI compiler wrapper of unknown origin and there is no mpirun or mpiexec on PATH: put your MPI's launcher on PATH")
+        fi
+    else
+        compiler_flavor="$(mpi_flavor "$compiler")"
+        launcher_flavor="$(mpi_flavor "$launcher")"
+        if [ -n "$compiler_flavor" ] && [ -n "$launcher_flavor" ] &&
+            [ "$compiler_flavor" != "$launcher_flavor" ]; then
+            note "warning: $compiler is $compiler_flavor but $launcher is $launcher_flavor;" \
+                "ringlet runs only under the launcher of the MPI it was built with"
+        fi
+    fi
+fi
+
+if $want_mpich; then
+    command -v mpicc.mpich >/dev/null 2>&1 || missing+=(libmpich-dev)
+    command -v mpirun.mpich >/dev/null 2>&1 || missing+=(mpich)
+fi
+
+# --- report or install ---------------------------------------------------------------------
+
+if [ ${#problems[@]} -gt 0 ]; then
+    for problem in "${problems[@]}"; do note "$problem"; done
+    exit 2
+fi
+if $check_only; then
+    echo "${missing[*]}"
+    [ ${#missing[@]} -eq 0 ] && exit 0 || exit 1
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$EUID" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing ${missing[*]} with apt-get"
+    # Installing MPICH must not change which MPI `mpicc`/`mpirun` mean (Debian's alternatives).
+    default_mpi="$(update-alternatives --query mpi 2>/dev/null | sed -n 's/^Value: //p' || true)"
+    default_mpirun="$(update-alternatives --query mpirun 2>/dev/null | sed -n 's/^Value: //p' || true)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    restore_alternative() {
+        local now
+        now="$(update-alternatives --query "$1" 2>/dev/null | sed -n 's/^Value: //p' || true)"
+        if [ -n "$2" ] && [ "$now" != "$2" ]; then
+            update-alternatives --set "$1" "$2" >/dev/null
+        fi
+    }
+    restore_alternative mpi "$default_mpi"
+    restore_alternative mpirun "$default_mpirun"
 else
     cat >&2 <<MSG
 ringlet needs these system packages: ${missing[*]} (Debian/Ubuntu names).
