@@ -9,9 +9,10 @@
 #   tools/install_system_deps.sh --check    print what is missing, install nothing
 #                                           (exit 0: nothing, 1: packages missing, 2: broken)
 #
-# The detection uses shell builtins only (tests run it with a PATH of fake tools), and finds
-# libclang exactly where bindgen's clang-sys looks for it: LIBCLANG_PATH alone if set, else
-# `llvm-config --prefix`, LD_LIBRARY_PATH, LIBRARY_PATH and the system library directories,
+# The detection uses shell builtins only (tests/tooling/test_install_system_deps.py runs it
+# with a PATH of fake tools), and finds libclang exactly where bindgen's clang-sys looks for it:
+# LIBCLANG_PATH alone if set, else `$LLVM_CONFIG_PATH --prefix` or `llvm-config --prefix`,
+# LD_LIBRARY_PATH, LIBRARY_PATH and the system library directories,
 # accepting libclang.so, libclang-N.so, libclang.so.N and libclang-N.so.N but never
 # libclang-cpp (the C++ library, which comes with LLVM and does not serve bindgen).
 # RINGLET_SYSROOT prefixes the system directories searched (for those tests).
@@ -54,10 +55,20 @@ dir_has_libclang() {
     return 1
 }
 
+# Every directory of a colon-separated list (split with `read`, so that no entry is globbed).
+search_path_list() {
+    local directory directories
+    IFS=: read -r -a directories <<<"$1"
+    for directory in "${directories[@]}"; do
+        [ -n "$directory" ] && dir_has_libclang "$directory" && return 0
+    done
+    return 1
+}
+
 find_libclang() {
-    local directory pattern prefix
+    local directory pattern prefix llvm_config
     if [ -n "${LIBCLANG_PATH:-}" ]; then
-        # bindgen searches only here when it is set.
+        # bindgen searches only here when it is set: the file itself, or the directory.
         if [ -f "$LIBCLANG_PATH" ] && is_libclang_name "${LIBCLANG_PATH##*/}"; then
             found_libclang="$LIBCLANG_PATH"
             return 0
@@ -65,19 +76,21 @@ find_libclang() {
         [ -d "$LIBCLANG_PATH" ] && dir_has_libclang "$LIBCLANG_PATH" && return 0
         return 2
     fi
-    if command -v llvm-config >/dev/null 2>&1 && prefix="$(llvm-config --prefix 2>/dev/null)" &&
-        [ -n "$prefix" ]; then
+    # clang-sys runs $LLVM_CONFIG_PATH, else llvm-config, and uses the first line it prints.
+    llvm_config="${LLVM_CONFIG_PATH:-llvm-config}"
+    if command -v "$llvm_config" >/dev/null 2>&1 &&
+        prefix="$("$llvm_config" --prefix 2>/dev/null)" && [ -n "$prefix" ]; then
+        prefix="${prefix%%$'\n'*}"
         for directory in "$prefix/bin" "$prefix/lib" "$prefix/lib64"; do
             dir_has_libclang "$directory" && return 0
         done
     fi
-    local IFS=:
-    for directory in ${LD_LIBRARY_PATH:-} ${LIBRARY_PATH:-}; do
-        [ -n "$directory" ] && dir_has_libclang "$directory" && return 0
-    done
-    unset IFS
-    for pattern in /usr/local/llvm*/lib* /usr/local/lib*/*/* /usr/local/lib*/* /usr/local/lib* \
-        /usr/lib*/*/* /usr/lib*/* /usr/lib*; do
+    search_path_list "${LD_LIBRARY_PATH:-}" && return 0
+    search_path_list "${LIBRARY_PATH:-}" && return 0
+    # The patterns are quoted here and globbed below, under $RINGLET_SYSROOT (unquoted in the
+    # list, bash would glob them against / first).
+    for pattern in '/usr/local/llvm*/lib*' '/usr/local/lib*/*/*' '/usr/local/lib*/*' \
+        '/usr/local/lib*' '/usr/lib*/*/*' '/usr/lib*/*' '/usr/lib*'; do
         for directory in "$root"$pattern; do
             [ -d "$directory" ] && dir_has_libclang "$directory" && return 0
         done
@@ -121,7 +134,15 @@ else
 fi
 launcher="$(command -v mpirun 2>/dev/null || command -v mpiexec 2>/dev/null || true)"
 
-if [ -z "${MPICC:-}" ] || [ -n "$compiler" ]; then
+if [ -n "${MPI_PKG_CONFIG:-}" ]; then
+    # build-probe-mpi then takes the MPI from pkg-config alone, no compiler wrapper needed.
+    case "$MPI_PKG_CONFIG" in
+        */*) [ -f "$MPI_PKG_CONFIG" ] ||
+            problems+=("MPI_PKG_CONFIG=$MPI_PKG_CONFIG is not a file: point it at your MPI's .pc file, or unset it") ;;
+    esac
+    [ -n "$launcher" ] ||
+        problems+=("MPI_PKG_CONFIG is set but there is no mpirun or mpiexec on PATH: put your MPI's launcher on PATH")
+elif [ -z "${MPICC:-}" ] || [ -n "$compiler" ]; then
     if [ -z "$compiler" ] && [ -z "$launcher" ]; then
         missing+=(libopenmpi-dev openmpi-bin)
     elif [ -z "$compiler" ]; then
@@ -179,11 +200,11 @@ if [ "$EUID" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     restore_alternative mpi "$default_mpi"
     restore_alternative mpirun "$default_mpirun"
 else
-    cat >&2 <<MSG
-ringlet needs these system packages: ${missing[*]} (Debian/Ubuntu names).
-Install them, e.g.  sudo apt-get install ${missing[*]}
-or, on a cluster, load the MPI module so that mpicc and mpirun are on PATH
-(and set LIBCLANG_PATH if libclang lives elsewhere), then run make again.
-MSG
+    # printf, not cat: this part runs with the PATH of the detection too.
+    printf '%s\n' >&2 \
+        "ringlet needs these system packages: ${missing[*]} (Debian/Ubuntu names)." \
+        "Install them, e.g.  sudo apt-get install ${missing[*]}" \
+        "or, on a cluster, load the MPI module so that mpicc and mpirun are on PATH" \
+        "(and set LIBCLANG_PATH if libclang lives elsewhere), then run make again."
     exit 1
 fi
