@@ -8,7 +8,8 @@
 Method, after osu_allreduce:
 
 * Message sizes go from --min-size to --max-size (both included), multiplying by --factor.
-* The candidates are each name in ``ringlet.ALGORITHMS`` (without "mpi" for 16-bit floats),
+* The candidates are every registered algorithm that can reduce the dtype and op
+  (``ringlet.algorithms("allreduce", dtype, op)``: "mpi" has no 16-bit floats),
   "auto", and "native": mpi4py's ``comm.Allreduce(MPI.IN_PLACE, ...)`` called directly. They are
   timed round-robin within each iteration (in a new random order each round, the same on every
   rank), so noise from a shared machine hits all of them alike.
@@ -172,7 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def available_candidates(dtype: str, op: str) -> list[str]:
     """ringlet's algorithms (read at run time), "auto", and "native" where MPI can do it."""
-    names = [a for a in ringlet.ALGORITHMS if not (a == "mpi" and dtype in SIXTEEN_BIT)]
+    names = list(ringlet.algorithms("allreduce", dtype=dtype, op=op))
     names.append("auto")
     if dtype in NATIVE_DTYPES and op in MPI_OPS:
         names.append("native")

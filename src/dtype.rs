@@ -31,6 +31,11 @@ impl DType {
         }
     }
 
+    /// A floating-point type (every other is an integer).
+    pub fn is_float(self) -> bool {
+        !matches!(self, DType::I32 | DType::I64)
+    }
+
     /// The NumPy name (`numpy.dtype(...).name`; bfloat16 is ml_dtypes').
     pub fn name(self) -> &'static str {
         match self {
@@ -70,9 +75,9 @@ impl ReduceOp {
     pub const ALL: [ReduceOp; 5] = [
         ReduceOp::Sum,
         ReduceOp::Avg,
-        ReduceOp::Prod,
         ReduceOp::Min,
         ReduceOp::Max,
+        ReduceOp::Prod,
     ];
 
     pub fn name(self) -> &'static str {

@@ -1,24 +1,22 @@
-//! ringlet's core: allreduce schedules over MPI point-to-point, for data-parallel training.
+//! ringlet's core: collectives over MPI point-to-point, for data-parallel training.
 //!
-//! Layers, bottom up (each file says more):
+//! Layers, bottom up; each imports only from the layers below it:
 //! - [`transport`]: byte messages between ranks; over MPI, or threads in one process for tests.
 //! - [`kernels`]: element-wise reductions per dtype and op.
-//! - [`schedules`]: the algorithms (ring, halving-doubling, recursive doubling, native MPI).
-//! - [`runtime`]: process-wide MPI state (init, ringlet's communicator, finalize).
-//! - [`fusion`]: many arrays in few collectives (gradient averaging); [`worker`]: the
-//!   background thread that runs queued collectives in order.
-//! - [`auto`]: the decision table behind `algorithm="auto"`; [`probe`]: its measurements.
+//! - [`schedules`]: the algorithms, one file each, registered with their cost model.
+//! - [`runtime`]: one function per collective (validate, agree, run, record), the
+//!   communicator's state, MPI initialization; [`worker`]: the background thread that runs
+//!   queued collectives in order; [`auto`]: the decision table behind `algorithm="auto"`.
 //! - `bindings`: the thin pyo3 module `ringlet._core`.
 
 pub mod auto;
-pub mod consistency;
 pub mod dtype;
 pub mod error;
-pub mod fusion;
 pub mod kernels;
 pub mod probe;
 pub mod runtime;
 pub mod schedules;
+pub mod scratch;
 pub mod stats;
 pub mod transport;
 pub mod worker;

@@ -4,7 +4,7 @@
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::kernels::{self, Order};
-use crate::schedules::scratch::Scratch;
+use crate::scratch::Scratch;
 use crate::transport::Transport;
 use std::time::Instant;
 

@@ -87,22 +87,24 @@ pub fn submit(work: Work) -> Result<Arc<Completion>> {
 }
 
 /// Run `work` after everything already queued: at once if the queue is idle.
-pub fn run_in_order(work: impl FnOnce() -> Result<()> + Send) -> Result<()> {
+pub fn run_in_order<R: Send>(work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if PENDING.load(Ordering::SeqCst) == 0 {
         return work();
     }
     // The queue needs 'static work; hand it over and wait, so borrowed data outlives it.
-    let (done_sender, done) = channel::<Result<()>>();
-    let work: Box<dyn FnOnce() -> Result<()> + Send + '_> = Box::new(work);
-    // SAFETY: we block below until the comm thread has run `work` (or dropped it, which
-    // disconnects the channel), so everything it borrows stays alive for as long as it exists.
-    let work: Work =
-        unsafe { std::mem::transmute::<Box<dyn FnOnce() -> Result<()> + Send + '_>, Work>(work) };
-    submit(Box::new(move || {
+    let (done_sender, done) = channel::<Result<R>>();
+    let job = move || {
         let outcome = work();
-        let _ = done_sender.send(outcome.clone());
-        outcome
-    }))?;
+        let status = outcome.as_ref().map(|_| ()).map_err(Clone::clone);
+        let _ = done_sender.send(outcome);
+        status
+    };
+    let job: Box<dyn FnOnce() -> Result<()> + Send + '_> = Box::new(job);
+    // SAFETY: we block below until the comm thread has run `job` (or dropped it, which
+    // disconnects the channel), so everything it borrows stays alive for as long as it exists.
+    let job: Work =
+        unsafe { std::mem::transmute::<Box<dyn FnOnce() -> Result<()> + Send + '_>, Work>(job) };
+    submit(job)?;
     done.recv().unwrap_or_else(|_| {
         Err(CoreError::Communication(
             "the comm thread dropped a collective".into(),

@@ -9,16 +9,16 @@ use _core::schedules::halving_doubling::HalvingDoubling;
 use _core::schedules::pipelined_ring::PipelinedRing;
 use _core::schedules::recursive_doubling::RecursiveDoubling;
 use _core::schedules::ring::Ring;
-use _core::schedules::Schedule;
+use _core::schedules::{Allreduce, Tuning};
 use common::*;
 use proptest::prelude::*;
 
-fn schedule(index: usize, segment_bytes: usize) -> Box<dyn Schedule> {
+fn schedule(index: usize) -> &'static dyn Allreduce {
     match index {
-        0 => Box::new(Ring),
-        1 => Box::new(HalvingDoubling),
-        2 => Box::new(RecursiveDoubling),
-        _ => Box::new(PipelinedRing::with_segment_bytes(segment_bytes)),
+        0 => &Ring,
+        1 => &HalvingDoubling,
+        2 => &RecursiveDoubling,
+        _ => &PipelinedRing,
     }
 }
 
@@ -39,13 +39,14 @@ proptest! {
         op in prop::sample::select(ReduceOp::ALL.to_vec()),
         max_message in prop::sample::select(vec![64usize, 1000, usize::MAX / 2]),
     ) {
-        let schedule = schedule(algorithm, segment_bytes);
+        let schedule = schedule(algorithm);
+        let tuning = Tuning { segment_bytes };
         let per_rank: Vec<Vec<f64>> = (0..ranks)
             .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
             .collect();
         let expected = reference(dtype, op, &per_rank);
         let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
-        for (rank, outcome) in run_group(schedule.as_ref(), inputs, dtype, op, max_message)
+        for (rank, outcome) in run_group_tuned(schedule, inputs, dtype, op, max_message, tuning)
             .iter()
             .enumerate()
         {

@@ -8,7 +8,7 @@ use _core::schedules::halving_doubling::HalvingDoubling;
 use _core::schedules::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
 use _core::schedules::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
 use _core::schedules::ring::Ring;
-use _core::schedules::Schedule;
+use _core::schedules::{Allreduce, Tuning};
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
 use common::*;
 
@@ -22,13 +22,35 @@ fn counts_for(n: usize) -> Vec<usize> {
     counts
 }
 
-fn check_exact(schedule: &dyn Schedule, n: usize, count: usize, dtype: DType, op: ReduceOp) {
+fn segments(segment_bytes: usize) -> Tuning {
+    Tuning { segment_bytes }
+}
+
+fn check_exact(schedule: &dyn Allreduce, n: usize, count: usize, dtype: DType, op: ReduceOp) {
+    check_exact_tuned(schedule, n, count, dtype, op, Tuning::default());
+}
+
+fn check_exact_tuned(
+    schedule: &dyn Allreduce,
+    n: usize,
+    count: usize,
+    dtype: DType,
+    op: ReduceOp,
+    tuning: Tuning,
+) {
     let per_rank: Vec<Vec<f64>> = (0..n)
         .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
         .collect();
     let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
     let expected = reference(dtype, op, &per_rank);
-    let outcomes = run_group(schedule, inputs, dtype, op, DEFAULT_MAX_MESSAGE_BYTES);
+    let outcomes = run_group_tuned(
+        schedule,
+        inputs,
+        dtype,
+        op,
+        DEFAULT_MAX_MESSAGE_BYTES,
+        tuning,
+    );
     for (rank, outcome) in outcomes.iter().enumerate() {
         assert!(
             outcome.result == expected,
@@ -46,7 +68,7 @@ fn check_exact(schedule: &dyn Schedule, n: usize, count: usize, dtype: DType, op
     }
 }
 
-fn exhaustive(schedule: &dyn Schedule) {
+fn exhaustive(schedule: &dyn Allreduce) {
     for n in RANK_COUNTS {
         for count in counts_for(n) {
             for dtype in DType::ALL {
@@ -70,7 +92,7 @@ fn halving_doubling_is_exact_for_every_rank_count_count_dtype_and_op() {
 
 #[test]
 fn pipelined_ring_is_exact_for_every_rank_count_count_dtype_and_op() {
-    exhaustive(&PipelinedRing::TUNABLE);
+    exhaustive(&PipelinedRing);
 }
 
 #[test]
@@ -78,7 +100,6 @@ fn pipelined_ring_with_many_small_segments_is_exact() {
     // Segments of a few elements: many segments per block, uneven last segments, and more
     // segments than receive slots, at rank counts around the window size.
     for segment_bytes in [1, 8, 24, 100] {
-        let schedule = PipelinedRing::with_segment_bytes(segment_bytes);
         for n in [2usize, 3, 4, 5, 6, 9] {
             for count in [0usize, 1, n + 1, 97, 1000] {
                 for (dtype, op) in [
@@ -86,7 +107,7 @@ fn pipelined_ring_with_many_small_segments_is_exact() {
                     (DType::BF16, ReduceOp::Max),
                     (DType::I64, ReduceOp::Prod),
                 ] {
-                    check_exact(&schedule, n, count, dtype, op);
+                    check_exact_tuned(&PipelinedRing, n, count, dtype, op, segments(segment_bytes));
                 }
             }
         }
@@ -150,12 +171,13 @@ fn pipelined_ring_sends_the_same_bytes_as_the_ring() {
                 ReduceOp::Sum,
                 DEFAULT_MAX_MESSAGE_BYTES,
             );
-            let piped = run_group(
-                &PipelinedRing::with_segment_bytes(4096),
+            let piped = run_group_tuned(
+                &PipelinedRing,
                 inputs,
                 DType::F32,
                 ReduceOp::Sum,
                 DEFAULT_MAX_MESSAGE_BYTES,
+                segments(4096),
             );
             for r in 0..n {
                 assert_eq!(
@@ -225,12 +247,13 @@ fn scratch_stays_within_each_algorithms_bound() {
                     DEFAULT_MAX_MESSAGE_BYTES,
                 );
                 let segment = 16 * 1024;
-                let piped = run_group(
-                    &PipelinedRing::with_segment_bytes(segment),
+                let piped = run_group_tuned(
+                    &PipelinedRing,
                     inputs,
                     dtype,
                     ReduceOp::Sum,
                     DEFAULT_MAX_MESSAGE_BYTES,
+                    segments(segment),
                 );
                 for r in 0..n {
                     assert!(
@@ -257,10 +280,10 @@ fn long_messages_are_split_at_the_limit() {
     // The path a message longer than i32::MAX bytes takes, at a testable size.
     let limit = 64;
     for schedule in [
-        &Ring as &dyn Schedule,
+        &Ring as &dyn Allreduce,
         &HalvingDoubling,
         &RecursiveDoubling,
-        &PipelinedRing::TUNABLE,
+        &PipelinedRing,
     ] {
         for n in [2usize, 3, 5, 8] {
             let count = 1001;
@@ -297,12 +320,11 @@ fn noise(seed: u64, count: usize) -> Vec<f64> {
 
 #[test]
 fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
-    let piped = PipelinedRing::with_segment_bytes(1000);
-    for schedule in [
-        &Ring as &dyn Schedule,
-        &HalvingDoubling,
-        &RecursiveDoubling,
-        &piped,
+    for (schedule, tuning) in [
+        (&Ring as &dyn Allreduce, Tuning::default()),
+        (&HalvingDoubling, Tuning::default()),
+        (&RecursiveDoubling, Tuning::default()),
+        (&PipelinedRing, segments(1000)),
     ] {
         for n in [2usize, 3, 6, 7, 16] {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -310,20 +332,11 @@ fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
                     let inputs: Vec<Vec<u8>> = (0..n)
                         .map(|r| encode(dtype, &noise(r as u64 + 1, 4099)))
                         .collect();
-                    let first = run_group(
-                        schedule,
-                        inputs.clone(),
-                        dtype,
-                        op,
-                        DEFAULT_MAX_MESSAGE_BYTES,
-                    );
-                    let second = run_group(
-                        schedule,
-                        inputs.clone(),
-                        dtype,
-                        op,
-                        DEFAULT_MAX_MESSAGE_BYTES,
-                    );
+                    let run = || {
+                        let limit = DEFAULT_MAX_MESSAGE_BYTES;
+                        run_group_tuned(schedule, inputs.clone(), dtype, op, limit, tuning)
+                    };
+                    let (first, second) = (run(), run());
                     for r in 0..n {
                         assert!(
                             first[r].result == first[0].result,
@@ -358,7 +371,7 @@ fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
 
 #[test]
 fn broadcast_delivers_the_roots_bytes_to_every_rank() {
-    use _core::schedules::broadcast::broadcast;
+    use _core::schedules::binomial::broadcast;
     use _core::transport::local::LocalTransport;
     for n in [1usize, 2, 3, 4, 5, 7, 8, 13, 16, 17] {
         for root in [0, n / 2, n - 1] {

@@ -1,4 +1,4 @@
-"""ringlet: bandwidth-optimal allreduce over MPI, with a Rust core, for data-parallel training.
+"""ringlet: bandwidth-optimal collectives over MPI, with a Rust core, for data-parallel training.
 
 >>> import numpy as np, ringlet
 >>> grads = np.ones(1 << 20, dtype=np.float32)
@@ -7,49 +7,101 @@
 Run under ``mpirun -n N python script.py`` (or ``srun``). See the README for the full API.
 """
 
+from __future__ import annotations
+
 from . import selector
 from ._allreduce import allreduce
+from ._collectives import (
+    Handle,
+    allgather,
+    allgather_object,
+    broadcast,
+    broadcast_async,
+    broadcast_object,
+    reduce_scatter,
+)
 from ._core import MismatchError, RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
-from ._gradients import Handle, allreduce_async, allreduce_group_async, average_gradients
+from ._gradients import (
+    DEFAULT_FUSION_THRESHOLD,
+    allreduce_async,
+    allreduce_group_async,
+    average_gradients,
+    fusion_threshold_bytes,
+)
 from ._runtime import (
+    Topology,
     barrier,
     init,
     is_initialized,
+    mpi_library,
     owns_mpi,
     rank,
     reset_stats,
+    settings,
     shutdown,
     size,
     stats,
     thread_level,
+    topology,
 )
 from .selector import ALGORITHMS, calibrate, explain
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_FUSION_THRESHOLD",
     "OPS",
     "SUPPORTED_DTYPES",
     "Handle",
     "MismatchError",
     "RingletError",
+    "Topology",
+    "algorithms",
+    "allgather",
+    "allgather_object",
     "allreduce",
     "allreduce_async",
     "allreduce_group_async",
     "average_gradients",
     "barrier",
+    "broadcast",
+    "broadcast_async",
+    "broadcast_object",
     "calibrate",
     "explain",
+    "fusion_threshold_bytes",
     "init",
     "is_initialized",
+    "mpi_library",
     "owns_mpi",
     "rank",
+    "reduce_scatter",
     "reset_stats",
     "selector",
+    "settings",
     "shutdown",
     "size",
     "stats",
     "thread_level",
+    "topology",
 ]
 
 __version__ = "0.1.0"
+
+
+def algorithms(
+    collective: str = "allreduce", dtype: str | None = None, op: str = "sum"
+) -> tuple[str, ...]:
+    """The algorithms ``collective`` ("allreduce", "broadcast", "allgather" or
+    "reduce_scatter") accepts besides "auto", in the order the core registers them; with
+    ``dtype``, only those that can reduce it with ``op`` (for example, "mpi" cannot reduce
+    16-bit floats)."""
+    from . import _core
+
+    names = _core.algorithms(collective)
+    if dtype is None or collective not in ("allreduce", "reduce_scatter"):
+        return tuple(names)
+    return tuple(
+        name for name in names
+        if _core.algorithm_support(collective, name, dtype, op)[0] != "no"
+    )

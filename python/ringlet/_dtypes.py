@@ -1,4 +1,5 @@
-"""Which NumPy dtypes and ops ringlet reduces, and the checks that say so clearly."""
+"""Which NumPy dtypes and ops ringlet reduces (as the core declares them), and the checks that
+say so clearly."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import numpy as np
 
 from . import _core
 
-SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+_CORE_DTYPES = _core.dtypes()  # (name, bytes per element, is floating-point)
+
+SUPPORTED_DTYPES = tuple(name for name, _, _ in _CORE_DTYPES)
 """NumPy dtype names; bfloat16 is ``ml_dtypes.bfloat16``."""
 
-OPS = ("sum", "avg", "min", "max", "prod")
-SIXTEEN_BIT_FLOATS = ("float16", "bfloat16")
-
+OPS = tuple(_core.ops())
+FLOAT_DTYPES = tuple(name for name, _, is_float in _CORE_DTYPES if is_float)
+SIXTEEN_BIT_FLOATS = tuple(name for name, size, is_float in _CORE_DTYPES if is_float and size == 2)
 
 _KNOWN: dict[np.dtype, str] = {}
 """Native-byte-order dtypes already accepted, by dtype: the per-call lookup is one dict get."""
@@ -35,6 +38,19 @@ def dtype_name(dtype: np.dtype) -> str:
         _KNOWN[dtype] = name
         _core.register_dtype(dtype, name)  # the Rust fast path now takes this dtype directly
     return name
+
+
+def movable_name(dtype: np.dtype) -> str:
+    """How the ranks name ``dtype`` when they only move its bytes (broadcast, allgather): any
+    fixed-size dtype but objects. Byte order and fields are part of the name."""
+    if dtype.hasobject:
+        raise TypeError(
+            f"ringlet cannot move dtype {dtype!s}: it holds Python objects (pointers); "
+            "use broadcast_object / allgather_object for those"
+        )
+    if dtype.isnative and dtype.fields is None:
+        return dtype.name
+    return str(dtype)
 
 
 def check_op(op: str) -> str:

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from . import _core, selector
-from ._allreduce import _allreduce_checked, _why_not_in_place
-from ._dtypes import SIXTEEN_BIT_FLOATS, check_op, dtype_name
-from ._runtime import init
+from ._allreduce import prepare
+from ._arrays import refused_together, why_not_in_place
+from ._collectives import Handle
+from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
+from ._runtime import init, size
 
 DEFAULT_FUSION_THRESHOLD = 64 << 20
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -25,9 +27,17 @@ COMPRESSIONS = {None: None, "none": None, "fp16": "float16", "float16": "float16
                 "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
 
-def resolve_fusion_threshold(value: int | None = None) -> int:
+def fusion_threshold_bytes(value: int | None = None) -> int:
+    """The fusion buffer size in bytes: ``value`` if given, else RINGLET_FUSION_THRESHOLD,
+    else 64 MiB."""
     if value is None:
-        value = int(os.environ.get("RINGLET_FUSION_THRESHOLD", DEFAULT_FUSION_THRESHOLD))
+        text = os.environ.get("RINGLET_FUSION_THRESHOLD", str(DEFAULT_FUSION_THRESHOLD))
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(
+                f"RINGLET_FUSION_THRESHOLD={text!r} is not a number of bytes"
+            ) from None
     if value < 0:
         raise ValueError(f"fusion_threshold must be >= 0 bytes, got {value}")
     return int(value)
@@ -43,43 +53,22 @@ def wire_dtype(dtype: str, compression: Any) -> str:
             "(or ringlet.hvd.Compression.none/fp16/bf16)"
         )
     wire = COMPRESSIONS[key]
-    if wire is None or dtype.startswith("int") or dtype in SIXTEEN_BIT_FLOATS:
+    if wire is None or dtype not in FLOAT_DTYPES or dtype in SIXTEEN_BIT_FLOATS:
         return dtype
     return wire
-
-
-class Handle:
-    """An allreduce in flight. ``done()`` polls; ``wait()`` blocks and returns the result.
-
-    The operation holds its arrays until it completes, even if this handle is dropped; do not
-    read or write them before ``wait()`` returns.
-    """
-
-    __slots__ = ("_core_handle", "_finish")
-
-    def __init__(self, core_handle: Any, finish: Any = None) -> None:
-        self._core_handle = core_handle
-        self._finish = finish
-
-    def done(self) -> bool:
-        return self._core_handle.done()
-
-    def wait(self) -> Any:
-        result = self._core_handle.wait()
-        return self._finish(result) if self._finish else result
 
 
 def _ensure_auto_table(algorithm: str) -> None:
     """Queued work cannot call into Python: build the decision table first (collective)."""
     if algorithm == "auto" and _core.auto_choice("float32", "sum", 8) is None:
-        selector.choose(8, _core.size(), "float32", "sum")
+        selector.choose(8, size(), "float32", "sum")
 
 
 def _check_in_place(array: Any, what: str) -> str:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{what} takes numpy arrays, got {type(array).__name__}")
     name = dtype_name(array.dtype)
-    reason = _why_not_in_place(array)
+    reason = why_not_in_place(array)
     if reason is not None:
         raise ValueError(f"{what} works in place and needs C-contiguous, writeable, aligned "
                          f"arrays in native byte order, but one is not: {reason}")
@@ -97,13 +86,17 @@ def allreduce_group_async(
     fusion_threshold: int | None = None,
     result: Any = None,
 ) -> Handle:
-    """Queue an in-place allreduce of ``arrays`` (fused); ``wait()`` returns ``result``."""
-    check_op(op)
-    selector.check_algorithm(algorithm)
-    names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
-    threshold = resolve_fusion_threshold(fusion_threshold)
-    if algorithm == "mpi" and any(n in SIXTEEN_BIT_FLOATS for n in names):
-        raise ValueError("algorithm 'mpi' cannot reduce 16-bit floats: MPI has no such type")
+    """Queue an in-place allreduce of ``arrays`` (fused, one stream per dtype); ``wait()``
+    returns ``result``."""
+    with refused_together("allreduce"):
+        check_op(op)
+        selector.check_algorithm(algorithm)
+        names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
+        threshold = fusion_threshold_bytes(fusion_threshold)
+        wires = {name: wire_dtype(name, compression) for name in names}
+        for wire in wires.values():
+            _core.check_algorithm("allreduce", algorithm, wire, op)
+        prescale, postscale = float(prescale), float(postscale)
     init()
     _ensure_auto_table(algorithm)
     # One fused stream per dtype, in order of first appearance: deterministic on every rank.
@@ -112,28 +105,11 @@ def allreduce_group_async(
         by_dtype.setdefault(name, []).append(array)
     handles = [
         _core.allreduce_group_async(
-            group, name, wire_dtype(name, compression), op, algorithm,
-            float(prescale), float(postscale), threshold, None,
+            group, name, wires[name], op, algorithm, prescale, postscale, threshold,
         )
         for name, group in by_dtype.items()
     ]
-    if len(handles) == 1:
-        return Handle(handles[0], lambda _: result)
-    return Handle(_Several(handles), lambda _: result)
-
-
-class _Several:
-    """Several core handles as one."""
-
-    def __init__(self, handles: list[Any]) -> None:
-        self.handles = handles
-
-    def done(self) -> bool:
-        return all(h.done() for h in self.handles)
-
-    def wait(self) -> None:
-        for h in self.handles:
-            h.wait()
+    return Handle(handles, lambda: result)
 
 
 def average_gradients(
@@ -175,8 +151,8 @@ def allreduce_async(
     Returns a handle: ``done()`` polls, ``wait()`` returns the reduced array. Operations run in
     submission order (so every rank must submit them in the same order).
     """
-    # The checked path makes the copy (and all the argument checks) without reducing it.
-    result = _allreduce_checked(x, op, out, algorithm, reduce=False)
+    # The same checks and copy as the synchronous call, then one queued group of one.
+    result, _ = prepare(x, op, out, algorithm)
     return allreduce_group_async(
         [result], op, algorithm=algorithm, compression=compression, prescale=prescale,
         postscale=postscale, fusion_threshold=0, result=result,

@@ -1,8 +1,12 @@
 """Which algorithm ``algorithm="auto"`` runs, and why.
 
-Each candidate's time is predicted with the alpha-beta-gamma (Hockney) model (the formulas of
-the MPICH/Open MPI literature, ../shared/seeds/003): alpha seconds per message, beta seconds per
-byte moved between two ranks, gamma seconds per byte reduced (per dtype). The three are measured
+Each candidate's time is predicted with the alpha-beta-gamma (Hockney) model: alpha seconds per
+message, beta seconds per byte moved between two ranks, gamma seconds per byte reduced (per
+dtype). Each algorithm declares its own cost next to its code in the Rust core (messages, bytes
+sent and bytes reduced on its busiest rank, as functions of the rank count and message size;
+the formulas of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
+Operations in MPICH"), so the selector knows every registered algorithm without a list of its
+own. The three are measured
 on this machine by a short calibration, and the model is then corrected by timing the
 candidates themselves at a few sizes: ``predicted = model x (measured / model)``, interpolated
 in log-size between the calibrated sizes. The correction is what catches what the model cannot
@@ -39,10 +43,13 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._dtypes import SIXTEEN_BIT_FLOATS, SUPPORTED_DTYPES, check_op
+from ._collectives import broadcast_bytes, max_over_ranks
+from ._dtypes import OPS, SUPPORTED_DTYPES, check_op
+from ._runtime import init, size
 
-ALGORITHMS = ("ring", "pipelined_ring", "halving_doubling", "recursive_doubling", "mpi")
-"""Every algorithm ``allreduce(..., algorithm=...)`` accepts, besides "auto"."""
+ALGORITHMS = tuple(_core.algorithms("allreduce"))
+"""Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
+registers them."""
 
 CACHE_FORMAT = 2  # bump when the calibration procedure changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
@@ -68,21 +75,16 @@ def check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
+def support(algorithm: str, dtype: str, op: str) -> tuple[str, str]:
+    """("full" | "own_arithmetic" | "no", why) as the algorithm declares it."""
+    return _core.algorithm_support("allreduce", algorithm, dtype, op)
+
+
 def candidates(dtype: str, op: str = "sum") -> tuple[str, ...]:
-    """The algorithms ``auto`` may run for ``dtype`` and ``op``: not "mpi" for 16-bit floats
-    (MPI has none), nor for min/max on floats (MPI_MIN/MPI_MAX do not propagate NaN the way
-    ringlet does, and auto must not change the answer)."""
-    if dtype in SIXTEEN_BIT_FLOATS or (op in MIN_MAX and not dtype.startswith("int")):
-        return tuple(a for a in ALGORITHMS if a != "mpi")
-    return ALGORITHMS
-
-
-MIN_MAX = ("min", "max")
-
-
-def table_key(dtype: str, op: str) -> str:
-    """The decision table's key: min and max have tables of their own."""
-    return f"{dtype}:minmax" if op in MIN_MAX else dtype
+    """The algorithms ``auto`` may run for ``dtype`` and ``op``: those that reduce them with
+    ringlet's own arithmetic (so not "mpi" for 16-bit floats, which MPI lacks, nor for min/max
+    on floats, where MPI_MIN/MPI_MAX treat NaN otherwise; auto must not change an answer)."""
+    return tuple(a for a in ALGORITHMS if support(a, dtype, op)[0] == "full")
 
 
 @dataclass
@@ -128,37 +130,13 @@ class Parameters:
         return params
 
 
-def log2_floor(n: int) -> int:
-    return max(n, 1).bit_length() - 1
-
-
 def model_seconds(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters) -> float:
-    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks."""
+    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks, from the
+    algorithm's own cost declaration."""
     if size <= 1:
         return 0.0
-    a, b, g = params.alpha, params.beta, params.gamma_of(dtype)
-    m, n = float(nbytes), size
-    pof2 = 1 << log2_floor(n)
-    folded = n != pof2
-    if algorithm == "ring":
-        return 2 * (n - 1) * a + 2 * (n - 1) / n * m * b + (n - 1) / n * m * g
-    if algorithm == "pipelined_ring":
-        segments = max(1, math.ceil(m / n / _core.segment_bytes()))
-        return 2 * (n - 1) * segments * a + 2 * (n - 1) / n * m * b + (n - 1) / n * m * g
-    if algorithm == "halving_doubling":
-        core = 2 * log2_floor(pof2) * a + 2 * (pof2 - 1) / pof2 * m * b + (pof2 - 1) / pof2 * m * g
-        return core + ((3 * a + 2 * m * b + m * g) if folded else 0.0)
-    if algorithm == "recursive_doubling":
-        pieces = max(1, math.ceil(m / (64 << 10)))
-        rounds = log2_floor(pof2) + (2 if folded else 0)
-        return rounds * pieces * a + rounds * m * b + (rounds - folded) * m * g
-    if algorithm == "mpi":
-        # Open MPI and MPICH run recursive doubling for small messages, Rabenseifner for large.
-        return min(
-            model_seconds("recursive_doubling", nbytes, size, dtype, params),
-            model_seconds("halving_doubling", nbytes, size, dtype, params),
-        )
-    raise ValueError(f"no model for {algorithm!r}")
+    messages, sent, reduced = _core.algorithm_cost("allreduce", algorithm, size, int(nbytes))
+    return params.alpha * messages + params.beta * sent + params.gamma_of(dtype) * reduced
 
 
 def correction(algorithm: str, nbytes: int, params: Parameters) -> float:
@@ -191,7 +169,7 @@ def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum"
 # The decision table: built once per communicator, installed in the Rust core.
 
 _params: Parameters | None = None
-_table: dict[str, list[tuple[int, str]]] = {}
+_table: dict[tuple[str, str], list[tuple[int, str]]] = {}
 _table_size = 0
 TABLE_LIMIT = 1 << 62
 
@@ -231,31 +209,43 @@ def _table_from_model(dtype: str, op: str, size: int, params: Parameters) -> lis
     return ranges
 
 
-def build_table(size: int, params: Parameters) -> dict[str, list[tuple[int, str]]]:
+def build_table(size: int, params: Parameters) -> dict[tuple[str, str], list[tuple[int, str]]]:
+    """Per (dtype, op): the size ranges and the algorithm ``auto`` runs in each."""
     forced = os.environ.get("RINGLET_ALGORITHM", "auto")
     spec = os.environ.get("RINGLET_AUTO_TABLE")
     if forced != "auto":
         check_algorithm(forced)
         spec = forced
     table = {}
+    by_candidates: dict[tuple[str, tuple[str, ...]], list[tuple[int, str]]] = {}
     for dtype in SUPPORTED_DTYPES:
-        for op in ("sum", "min"):  # one of each family
-            key = table_key(dtype, op)
+        for op in OPS:
             if size <= 1:
-                table[key] = [(TABLE_LIMIT, "ring")]  # a no-op on one rank
+                table[dtype, op] = [(TABLE_LIMIT, "ring")]  # a no-op on one rank
             elif spec:
-                table[key] = _table_from_env(spec, dtype, op)
+                table[dtype, op] = _table_from_env(spec, dtype, op)
             else:
-                table[key] = _table_from_model(dtype, op, size, params)
+                # The model does not depend on the op, only on which algorithms may run.
+                key = (dtype, candidates(dtype, op))
+                if key not in by_candidates:
+                    by_candidates[key] = _table_from_model(dtype, op, size, params)
+                table[dtype, op] = by_candidates[key]
     return table
 
 
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
     _params, _table, _table_size = params, build_table(size, params), size
-    _core.set_auto_table(
-        [(dtype, limit, name) for dtype, ranges in _table.items() for limit, name in ranges]
-    )
+    _core.set_auto_table([
+        (dtype, op, limit, name)
+        for (dtype, op), ranges in _table.items()
+        for limit, name in ranges
+    ])
+
+
+def _lookup(nbytes: int, dtype: str, op: str) -> str:
+    ranges = _table[dtype, op]
+    return ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
 
 
 def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
@@ -264,8 +254,7 @@ def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
     check_op(op)
     if _core.auto_choice(dtype, op, nbytes) is None or size != _table_size:
         _install(size, parameters())
-    ranges = _table[table_key(dtype, op)]
-    return ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
+    return _lookup(nbytes, dtype, op)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,35 +268,22 @@ def cache_dir() -> Path:
     return Path(base) / "ringlet"
 
 
-def _allgather_text(text: str, width: int = 256) -> list[str]:
-    """Every rank's ``text`` (at most ``width`` UTF-8 bytes), through an allreduce max."""
-    from ._allreduce import allreduce
-
-    rank, size = _core.rank(), _core.size()
-    table = np.zeros((size, width), dtype=np.int32)
-    encoded = text.encode()[:width]
-    table[rank, : len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    table = allreduce(table, "max", algorithm="ring")
-    return [bytes(row[row > 0].astype(np.uint8)).decode(errors="replace") for row in table]
-
-
 def calibration_key() -> dict[str, Any]:
-    """What a calibration depends on. Collective."""
-    import platform
-
+    """What a calibration depends on (local: the hosts are known since ``init``)."""
     from . import __version__
 
-    hosts = _allgather_text(platform.node())
+    _, size, hosts = _core.group()
     return {
         "hosts": sorted(set(hosts)),
         "ranks_per_host": sorted(hosts.count(h) for h in set(hosts)),
-        "size": _core.size(),
-        "mpi": _core.mpi_library_version().splitlines()[0],
+        "size": size,
+        "mpi": _core.mpi_library()[0].splitlines()[0],
         "ringlet": __version__,
         "kernels": _core.kernel_level(),
         "core_build": _core_build(),
         "format": CACHE_FORMAT,
-        "segment_bytes": _core.segment_bytes(),
+        "settings": _core.settings(),
+        "algorithms": list(ALGORITHMS),
     }
 
 
@@ -340,47 +316,33 @@ def _load(path: Path, key: dict[str, Any]) -> Parameters | None:
 
 
 def _broadcast_text(text: str) -> str:
-    length = np.array([len(text.encode())], dtype=np.int64)
-    _core.broadcast(length, 0)
-    data = np.zeros(int(length[0]), dtype=np.uint8)
-    if _core.rank() == 0:
-        data[:] = np.frombuffer(text.encode(), dtype=np.uint8)
-    _core.broadcast(data, 0)
-    return data.tobytes().decode()
-
-
-def _max_over_ranks(values: np.ndarray) -> np.ndarray:
-    from ._allreduce import allreduce
-
-    return allreduce(np.ascontiguousarray(values, dtype=np.float64), "max", algorithm="ring")
+    return broadcast_bytes(text.encode(), 0).decode()
 
 
 def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> dict[str, float]:
     """Best seconds (the slowest rank's, per run) of each algorithm on float32 zeros: on a
     shared machine noise only adds time, so the minimum ranks candidates most reliably."""
-    from ._allreduce import allreduce
-
     buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
     samples = np.zeros((len(algorithms), repeats))
     for i in range(repeats):
         for j, name in enumerate(algorithms):  # interleaved, so noise hits all alike
             _core.barrier()
             start = time.perf_counter()
-            allreduce(buf, "sum", out=buf, algorithm=name)
+            _core.allreduce(buf, "float32", "sum", name)
             samples[j, i] = time.perf_counter() - start
-    samples = _max_over_ranks(samples)
+    samples = max_over_ranks(samples)
     return {name: float(np.min(samples[j])) for j, name in enumerate(algorithms)}
 
 
 def _measure(key: dict[str, Any]) -> Parameters:
     """Run the calibration. Collective; a few hundred milliseconds."""
     started = time.perf_counter()
-    size = _core.size()
-    small = _max_over_ranks(np.array([_core.measure_sendrecv(8, 200)]))[0]
-    large = _max_over_ranks(np.array([_core.measure_sendrecv(1 << 20, 20)]))[0]
+    ranks = size()
+    small = max_over_ranks(np.array([_core.measure_sendrecv(8, 200)]))[0]
+    large = max_over_ranks(np.array([_core.measure_sendrecv(1 << 20, 20)]))[0]
     probe = 256 << 10
     gamma_samples = [_core.measure_combine(d, probe, 20) / probe for d in SUPPORTED_DTYPES]
-    gammas = _max_over_ranks(np.array(gamma_samples))
+    gammas = max_over_ranks(np.array(gamma_samples))
     params = Parameters(
         alpha=max(small, 1e-9),
         beta=max((large - small) / (1 << 20), 1e-13),
@@ -392,12 +354,13 @@ def _measure(key: dict[str, Any]) -> Parameters:
 
     def record(nbytes: int, times: dict[str, float]) -> None:
         for name, seconds in times.items():
-            model = model_seconds(name, nbytes, size, "float32", params)
+            model = model_seconds(name, nbytes, ranks, "float32", params)
             measured[name].append((nbytes, max(seconds, 1e-9) / max(model, 1e-12)))
 
     last: dict[str, float] = {}
+    timed = candidates("float32", "sum")
     for nbytes in CALIBRATION_SIZES:
-        last = _time_candidates(nbytes, ALGORITHMS, 40 if nbytes < (1 << 20) else 5)
+        last = _time_candidates(nbytes, timed, 40 if nbytes < (1 << 20) else 5)
         record(nbytes, last)
     leaders = tuple(sorted(last, key=last.__getitem__)[:3])
     record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, leaders, 5))
@@ -416,23 +379,24 @@ def parameters(recalibrate: bool = False) -> Parameters:
 
 
 def _parameters(recalibrate: bool) -> Parameters:
-    if _core.size() <= 1:
+    if size() <= 1:
         return Parameters(source="one rank: nothing to choose")
     if os.environ.get("RINGLET_CALIBRATE", "1") == "0":
         return Parameters(source="built-in defaults (RINGLET_CALIBRATE=0)")
     key = calibration_key()
     path = cache_path(key)
     text = ""
-    if _core.rank() == 0 and not recalibrate:
+    first = _core.group()[0] == 0
+    if first and not recalibrate:
         cached = _load(path, key)
         text = cached.to_json() if cached else ""
     text = _broadcast_text(text)
     if text:
         return Parameters.from_json(text, source=str(path))
     params = _measure(key)
-    text = _broadcast_text(params.to_json() if _core.rank() == 0 else "")
+    text = _broadcast_text(params.to_json() if first else "")
     params = Parameters.from_json(text, source=f"calibrated now, saved to {path}")
-    if _core.rank() == 0:
+    if first:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -445,11 +409,9 @@ def _parameters(recalibrate: bool) -> Parameters:
 
 def calibrate() -> Parameters:
     """Measure this machine again (collective), save the result and rebuild the table."""
-    from ._runtime import init
-
     init()
     params = parameters(recalibrate=True)
-    _install(_core.size(), params)
+    _install(size(), params)
     return params
 
 
@@ -503,11 +465,11 @@ def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None) -> Expl
     """Print and return each candidate's predicted time for an allreduce and the choice.
 
     ``x_or_nbytes`` is an array (its size and dtype are used) or a byte count (``dtype``
-    defaults to float32). Not collective: without a calibration yet, it says so and uses the
-    cached one if any, or the built-in parameters.
+    defaults to float32). Not collective. The parameters are this process's calibration if it
+    has one; else the cached calibration for this communicator, if any (read now); else the
+    built-in defaults. Which of the three is said in the output.
     """
     from ._dtypes import dtype_name
-    from ._runtime import init
 
     init()
     if isinstance(x_or_nbytes, (int, np.integer)):
@@ -518,27 +480,39 @@ def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None) -> Expl
         array = np.asarray(x_or_nbytes)
         nbytes, name = array.nbytes, dtype_name(array.dtype)
     check_op(op)
-    size = _core.size()
-    params = _params if _params is not None and _table_size == size else Parameters()
+    ranks = size()
+    calibrated = _params is not None and _table_size == ranks
+    params = _params if calibrated else _cached_parameters()
     rows = [
         Candidate(
             a,
-            model_seconds(a, nbytes, size, name, params) * 1e6,
+            model_seconds(a, nbytes, ranks, name, params) * 1e6,
             correction(a, nbytes, params),
-            predict(a, nbytes, size, name, params) * 1e6,
+            predict(a, nbytes, ranks, name, params) * 1e6,
         )
         for a in candidates(name, op)
     ]
-    if _table and _table_size == size:
-        ranges = _table[table_key(name, op)]
-        choice = ranges[bisect.bisect_left([limit for limit, _ in ranges], nbytes)][1]
+    if calibrated and _table:
+        choice = _lookup(nbytes, name, op)
         overridden = "RINGLET_ALGORITHM" in os.environ or "RINGLET_AUTO_TABLE" in os.environ
         reason = "set by the environment" if overridden else "lowest predicted time"
     else:
-        choice = best(nbytes, size, name, params, op)
-        reason = "lowest predicted time; no calibration yet in this process"
-    if size <= 1:
+        choice = best(nbytes, ranks, name, params, op)
+        reason = "lowest predicted time; auto has not run in this process yet"
+    if ranks <= 1:
         reason = "one rank: every algorithm is a no-op"
-    explanation = Explanation(nbytes, name, op, size, choice, reason, rows, params.source)
+    explanation = Explanation(nbytes, name, op, ranks, choice, reason, rows, params.source)
     print(explanation)
     return explanation
+
+
+def _cached_parameters() -> Parameters:
+    """This communicator's cached calibration, or the built-in defaults. Local."""
+    if size() <= 1:
+        return Parameters(source="one rank: nothing to choose")
+    key = calibration_key()
+    path = cache_path(key)
+    cached = _load(path, key)
+    if cached is None:
+        return Parameters(source=f"built-in defaults (no cached calibration at {path})")
+    return cached

@@ -11,8 +11,8 @@
 //! same bits: one rounding per combine, IEEE arithmetic in f32 or wider.
 
 pub mod convert;
-mod native;
 mod portable;
+mod scalar;
 mod sixteen;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -53,6 +53,7 @@ impl Level {
         }
     }
 
+    /// Whether this CPU can run the level.
     pub fn is_supported(self) -> bool {
         match self {
             Level::Generic => true,
@@ -74,17 +75,42 @@ impl Level {
         }
     }
 
-    /// The best supported level, at most `RINGLET_KERNELS` if that names one. Decided once.
+    /// The highest level `RINGLET_KERNELS` allows (all of them when it is unset), or an error
+    /// naming the accepted values.
+    pub fn ceiling_from_env() -> Result<Level> {
+        match std::env::var("RINGLET_KERNELS") {
+            Err(_) => Ok(Level::Avx512),
+            Ok(name) => Level::ALL
+                .into_iter()
+                .find(|l| l.name() == name)
+                .ok_or_else(|| {
+                    CoreError::InvalidArgument(format!(
+                        "RINGLET_KERNELS={name:?} is not a kernel level; accepted: {}",
+                        crate::dtype::names(Level::ALL.iter().map(|l| l.name()))
+                    ))
+                }),
+        }
+    }
+
+    /// The highest level this process may use, decided once (an unknown `RINGLET_KERNELS`
+    /// caps nothing here; `ringlet.init` reports it).
+    pub fn ceiling() -> Level {
+        static CEILING: OnceLock<Level> = OnceLock::new();
+        *CEILING.get_or_init(|| Level::ceiling_from_env().unwrap_or(Level::Avx512))
+    }
+
+    /// The CPU supports it and `RINGLET_KERNELS` allows it.
+    pub fn is_available(self) -> bool {
+        self <= Level::ceiling() && self.is_supported()
+    }
+
+    /// The best available level.
     pub fn active() -> Level {
         static ACTIVE: OnceLock<Level> = OnceLock::new();
         *ACTIVE.get_or_init(|| {
-            let cap = std::env::var("RINGLET_KERNELS")
-                .ok()
-                .and_then(|name| Level::ALL.into_iter().find(|l| l.name() == name))
-                .unwrap_or(Level::Avx512);
             Level::ALL
                 .into_iter()
-                .filter(|l| *l <= cap && l.is_supported())
+                .filter(|l| l.is_available())
                 .max()
                 .unwrap_or(Level::Generic)
         })
@@ -143,9 +169,14 @@ pub fn combine_at(
             other.len()
         )));
     }
-    if !level.is_supported() {
+    if !level.is_available() {
+        let why = if level.is_supported() {
+            format!("RINGLET_KERNELS={} caps them", Level::ceiling().name())
+        } else {
+            "this CPU does not support them".to_string()
+        };
         return Err(CoreError::InvalidArgument(format!(
-            "this CPU does not support the {} kernels",
+            "the {} kernels are not available: {why}",
             level.name()
         )));
     }
@@ -157,10 +188,10 @@ pub fn combine_at(
     match level {
         Level::Generic => portable::combine(op, slices, order),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `is_supported` confirmed AVX2, FMA and F16C above.
+        // SAFETY: `is_available` (so `is_supported`) confirmed AVX2, FMA and F16C above.
         Level::Avx2 => unsafe { x86::combine_avx2(op, slices, order) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `is_supported` confirmed AVX-512 F/BW/VL, AVX2, FMA and F16C above.
+        // SAFETY: `is_available` (so `is_supported`) confirmed AVX-512 F/BW/VL, AVX2, FMA and F16C above.
         Level::Avx512 => unsafe { x86::combine_avx512(op, slices, order) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => portable::combine(op, slices, order),
@@ -177,10 +208,10 @@ pub fn divide(dtype: DType, buf: &mut [u8], ranks: usize) -> Result<()> {
         return Ok(());
     }
     match dtype {
-        DType::F32 => native::divide::<f32>(typed_mut(buf)?, ranks),
-        DType::F64 => native::divide::<f64>(typed_mut(buf)?, ranks),
-        DType::I32 => native::divide::<i32>(typed_mut(buf)?, ranks),
-        DType::I64 => native::divide::<i64>(typed_mut(buf)?, ranks),
+        DType::F32 => scalar::divide::<f32>(typed_mut(buf)?, ranks),
+        DType::F64 => scalar::divide::<f64>(typed_mut(buf)?, ranks),
+        DType::I32 => scalar::divide::<i32>(typed_mut(buf)?, ranks),
+        DType::I64 => scalar::divide::<i64>(typed_mut(buf)?, ranks),
         DType::F16 => sixteen::f16_divide(typed_mut(buf)?, ranks),
         DType::BF16 => sixteen::bf16_divide(typed_mut(buf)?, ranks),
     }

@@ -5,7 +5,7 @@
 //! compiled for. float16 needs real conversions; here they go through `half` in blocks (which
 //! uses F16C when the CPU has it); `x86.rs` has the fused intrinsic loops.
 
-use super::native::{self, Arith};
+use super::scalar::{self, Arith};
 use super::Order;
 use crate::dtype::ReduceOp;
 use half::f16;
@@ -69,7 +69,7 @@ pub(super) fn f16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: O
         other
             .reinterpret_cast::<f16>()
             .convert_to_f32_slice(&mut wide_other[..n]);
-        native::combine::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order);
+        scalar::combine::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order);
         acc.reinterpret_cast_mut::<f16>()
             .convert_from_f32_slice(&wide_acc[..n]);
     }

@@ -5,7 +5,7 @@
 //! intrinsic loops (widen 8 or 16 values to f32 with F16C or a shift, combine, round back),
 //! because portable conversions do not vectorize well. Callers check the CPU first (`Level::is_supported`).
 
-use super::native::Arith;
+use super::scalar::Arith;
 use super::{portable, sixteen, Order, Slices};
 use crate::dtype::ReduceOp;
 use half::f16;

@@ -3,16 +3,17 @@
 //!
 //! Non-power-of-two N uses MPICH's fold: with r = N - p', each even rank below 2r sends its
 //! vector to the odd rank above it and sits out; the odd rank combines the two. After the
-//! core, the odd ranks send the result back (the "13-process example" of seed 003).
+//! core, the odd ranks send the result back (the 13-process example in Thakur, Rabenseifner & Gropp, "Optimization of Collective
+//! Communication Operations in MPICH").
 //! The fold's vector travels as two half messages, so scratch stays at m/2.
 //!
 //! Rounds per rank: 2·log2(p') in the core, plus one fold step in and one out for the 2r ranks
 //! that fold. Scratch: the larger half of the blocks, at most ⌈count/2⌉ + p'/4 elements.
 
 use super::blocks::{split_pair, Blocks};
-use super::scratch::Scratch;
-use super::{largest_power_of_two, Reduction, Schedule};
+use super::{largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Reduction, Tuning};
 use crate::error::Result;
+use crate::scratch::Scratch;
 use crate::transport::Transport;
 use std::ops::Range;
 
@@ -66,12 +67,39 @@ fn fold_halves(len: usize, elem: usize) -> [Range<usize>; 2] {
     [0..mid, mid..len]
 }
 
-impl Schedule for HalvingDoubling {
+impl Algorithm for HalvingDoubling {
     fn name(&self) -> &'static str {
         "halving_doubling"
     }
 
-    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        let (pof2, m) = (largest_power_of_two(ranks.max(1)), bytes as f64);
+        let p = pof2 as f64;
+        let core = Cost {
+            messages: 2.0 * log2_floor(pof2) as f64,
+            bytes: 2.0 * (p - 1.0) / p * m,
+            reduced: (p - 1.0) / p * m,
+        };
+        if pof2 == ranks {
+            return core;
+        }
+        // The fold: the whole vector in (as two halves, combined) and out again.
+        Cost {
+            messages: core.messages + 3.0,
+            bytes: core.bytes + 2.0 * m,
+            reduced: core.reduced + m,
+        }
+    }
+}
+
+impl Allreduce for HalvingDoubling {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
         let (n, rank) = (transport.size(), transport.rank());
         if n == 1 {
             return Ok(());

@@ -1,22 +1,65 @@
-//! Allreduce schedules: which bytes go to which rank in which step.
+//! The algorithms: which bytes go to which rank in which step.
 //!
 //! A schedule knows the element size and calls a [`Reduction`] to combine; it never looks at
-//! the dtype itself, never touches Python, and talks only to a [`Transport`]. Adding an
-//! algorithm means one new file here plus one line in [`SCHEDULES`].
+//! the dtype itself, never touches Python, and talks only to a [`Transport`]. Next to its code
+//! each one declares what the rest of ringlet needs to know about it ([`Algorithm`]): its name,
+//! what it can reduce, and its cost in the alpha-beta-gamma model, from which the selector
+//! predicts its time. Nothing else lists algorithms.
+//!
+//! Adding one means one new file in this folder plus one line in its collective's registry
+//! below; `ringlet.ALGORITHMS`, `explain()`, the selector and the benchmarks take it from there.
 
 mod blocks;
-pub mod broadcast;
-pub mod halving_doubling;
-pub mod native;
-pub mod pipelined_ring;
-pub mod recursive_doubling;
-pub mod ring;
-pub mod scratch;
 
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Order};
 use crate::transport::Transport;
+use std::ops::Range;
+
+/// Declares each registered module (one file each) and the registry that lists them, in the
+/// order `explain` and the benchmarks show them.
+macro_rules! registry {
+    ($(#[$doc:meta])* $registry:ident: $collective:ident = [$($module:ident::$algorithm:ident,)*]) => {
+        $(pub mod $module;)*
+        $(#[$doc])*
+        pub static $registry: &[&dyn $collective] = &[$(&$module::$algorithm),*];
+    };
+}
+
+registry!(
+    /// Allreduce algorithms.
+    ALLREDUCE: Allreduce = [
+        ring::Ring,
+        pipelined_ring::PipelinedRing,
+        halving_doubling::HalvingDoubling,
+        recursive_doubling::RecursiveDoubling,
+        mpi::Mpi,
+    ]
+);
+
+registry!(
+    /// Broadcast algorithms.
+    BROADCAST: Broadcast = [
+        binomial::Binomial,
+    ]
+);
+
+registry!(
+    /// Allgather algorithms (blocks of any size per rank).
+    ALLGATHER: Allgather = [
+        ring_allgather::RingAllgather,
+    ]
+);
+
+registry!(
+    /// Reduce-scatter algorithms (blocks of any size per rank).
+    REDUCE_SCATTER: ReduceScatter = [
+        ring_reduce_scatter::RingReduceScatter,
+    ]
+);
+
+pub mod barrier;
 
 /// How two partial results combine: a dtype and an op, applied by the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,45 +84,157 @@ impl Reduction {
     }
 }
 
-pub trait Schedule: Sync {
+/// Settings that change how a schedule cuts its traffic. Every rank must use the same ones:
+/// the runtime keeps them per communicator and checks them with every collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Segment size of the pipelined ring.
+    pub segment_bytes: usize,
+}
+
+impl Tuning {
+    pub const DEFAULT_SEGMENT_BYTES: usize = 256 * 1024;
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            segment_bytes: Tuning::DEFAULT_SEGMENT_BYTES,
+        }
+    }
+}
+
+/// One run's cost on its busiest rank, in the alpha-beta-gamma (Hockney) model:
+/// `time = alpha * messages + beta * bytes + gamma * reduced`, with alpha the latency of a
+/// message, beta the time per byte sent, gamma the time per byte combined.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cost {
+    /// Messages in sequence (rounds of the schedule).
+    pub messages: f64,
+    /// Bytes sent on the critical path.
+    pub bytes: f64,
+    /// Bytes combined by the reduction kernel.
+    pub reduced: f64,
+}
+
+/// Whether an algorithm can reduce a dtype with an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// With ringlet's kernels: the same bits as every other algorithm.
+    Full,
+    /// It runs, but its arithmetic is its own, so its answers may differ from the kernels'
+    /// (`auto` never picks it).
+    OwnArithmetic(&'static str),
+    /// It cannot.
+    No(&'static str),
+}
+
+/// What every registered algorithm declares next to its code.
+pub trait Algorithm: Sync {
     /// The name users pass as `algorithm=`.
     fn name(&self) -> &'static str;
 
-    /// Reduce `buf` in place across every rank of `transport`. On return every rank holds the
-    /// same bytes: the combination of all ranks' inputs (before any `avg` division).
-    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()>;
+    /// Whether it can reduce `dtype` with `op` (collectives that move bytes ignore both).
+    fn support(&self, _dtype: DType, _op: ReduceOp) -> Support {
+        Support::Full
+    }
+
+    /// Its cost for `bytes` (the whole message: the vector reduced, broadcast or gathered) on
+    /// `ranks` ranks.
+    fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost;
 }
 
-/// Every algorithm, in the order `explain` and the benchmarks list them.
-pub static SCHEDULES: &[&dyn Schedule] = &[
-    &ring::Ring,
-    &pipelined_ring::PipelinedRing::TUNABLE,
-    &halving_doubling::HalvingDoubling,
-    &recursive_doubling::RecursiveDoubling,
-    &native::Native,
-];
+pub trait Allreduce: Algorithm {
+    /// Reduce `buf` in place across every rank of `transport`. On return every rank holds the
+    /// same bytes: the combination of all ranks' inputs (before any `avg` division).
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()>;
+}
 
-pub fn by_name(name: &str) -> Result<&'static dyn Schedule> {
-    SCHEDULES
+pub trait Broadcast: Algorithm {
+    /// Copy `root`'s `buf` into every other rank's.
+    fn run(&self, transport: &dyn Transport, buf: &mut [u8], root: usize) -> Result<()>;
+}
+
+pub trait Allgather: Algorithm {
+    /// Rank r starts with `buf[blocks[r]]` filled and ends with every block filled. Blocks are
+    /// disjoint, one per rank, of any size.
+    fn run(&self, transport: &dyn Transport, buf: &mut [u8], blocks: &[Range<usize>])
+        -> Result<()>;
+}
+
+pub trait ReduceScatter: Algorithm {
+    /// Afterwards rank r holds in `buf[blocks[r]]` the combination over all ranks of that
+    /// block. Blocks are disjoint, one per rank, whole elements each.
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        blocks: &[Range<usize>],
+        reduction: &Reduction,
+    ) -> Result<()>;
+}
+
+/// The algorithm called `name` in `registry`, or an error listing the accepted names.
+pub fn find<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
+    registry
         .iter()
         .copied()
-        .find(|s| s.name() == name)
+        .find(|a| a.name() == name)
         .ok_or_else(|| {
             CoreError::InvalidArgument(format!(
                 "unknown algorithm {name:?}; accepted: \"auto\", {}",
-                names(SCHEDULES.iter().map(|s| s.name()))
+                names(registry.iter().map(|a| a.name()))
             ))
         })
+}
+
+/// `Err` if `algorithm` cannot reduce `dtype` with `op`, naming the algorithms that can.
+pub fn check_support<T: Algorithm + ?Sized>(
+    registry: &[&'static T],
+    algorithm: &T,
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<()> {
+    let Support::No(reason) = algorithm.support(dtype, op) else {
+        return Ok(());
+    };
+    let able = registry
+        .iter()
+        .filter(|a| !matches!(a.support(dtype, op), Support::No(_)))
+        .map(|a| a.name());
+    Err(CoreError::InvalidArgument(format!(
+        "algorithm {:?} cannot reduce {} with {:?}: {reason}; use \"auto\", {}",
+        algorithm.name(),
+        dtype.name(),
+        op.name(),
+        names(able)
+    )))
 }
 
 /// The whole allreduce: check the buffer, run the schedule, divide for `avg`.
 pub fn allreduce(
     transport: &dyn Transport,
-    schedule: &dyn Schedule,
+    schedule: &dyn Allreduce,
     buf: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
+    reduction: Reduction,
+    tuning: &Tuning,
 ) -> Result<()> {
+    check_buffer(buf, reduction.dtype)?;
+    schedule.run(transport, buf, &reduction, tuning)?;
+    if reduction.op == ReduceOp::Avg {
+        kernels::divide(reduction.dtype, buf, transport.size())?;
+    }
+    Ok(())
+}
+
+/// A buffer of whole, aligned `dtype` elements.
+pub fn check_buffer(buf: &[u8], dtype: DType) -> Result<()> {
     let elem = dtype.size();
     if !buf.len().is_multiple_of(elem) {
         return Err(CoreError::InvalidArgument(format!(
@@ -95,14 +250,15 @@ pub fn allreduce(
             dtype.name()
         )));
     }
-    schedule.run(transport, buf, &Reduction { dtype, op })?;
-    if op == ReduceOp::Avg {
-        kernels::divide(dtype, buf, transport.size())?;
-    }
     Ok(())
 }
 
 /// The largest power of two not above `n` (n ≥ 1).
 pub(crate) fn largest_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+/// log2 of the largest power of two not above `n`.
+pub(crate) fn log2_floor(n: usize) -> usize {
+    (usize::BITS - 1 - n.max(1).leading_zeros()) as usize
 }

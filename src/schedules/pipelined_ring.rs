@@ -2,7 +2,7 @@
 //! is ready instead of waiting for its whole block.
 //!
 //! Same reduce-scatter + allgather as [`super::ring`], same bytes on the wire, but each block
-//! is cut into segments of [`segment_bytes`] (tunable), sends and receives are nonblocking,
+//! is cut into segments of [`Tuning::segment_bytes`], sends and receives are nonblocking,
 //! and up to [`RECEIVE_WINDOW`] receives are posted ahead. Segment k arrives into a small
 //! scratch slot and is reduced while it is still in cache, while segments k+1.. are in flight;
 //! the reduced segment is forwarded at once (reduce first what the neighbour needs next, as in
@@ -10,47 +10,16 @@
 //! more than N-1 blocks), whatever the message size.
 
 use super::blocks::Blocks;
-use super::scratch::Scratch;
-use super::{Reduction, Schedule};
+use super::{Algorithm, Allreduce, Cost, Reduction, Tuning};
 use crate::error::{CoreError, Result};
+use crate::scratch::Scratch;
 use crate::transport::{Request, Transport};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub struct PipelinedRing {
-    /// `None`: the process-wide [`segment_bytes`], which users tune.
-    segment_bytes: Option<usize>,
-}
-
-impl PipelinedRing {
-    /// The registered instance: segments of the process-wide size.
-    pub const TUNABLE: PipelinedRing = PipelinedRing {
-        segment_bytes: None,
-    };
-
-    /// A fixed segment size, whatever the process-wide setting (for tests).
-    pub fn with_segment_bytes(bytes: usize) -> Self {
-        PipelinedRing {
-            segment_bytes: Some(bytes.max(1)),
-        }
-    }
-}
+pub struct PipelinedRing;
 
 /// Receives posted ahead of the one being reduced (and scratch slots for the reduce-scatter).
 pub const RECEIVE_WINDOW: usize = 4;
-
-pub const DEFAULT_SEGMENT_BYTES: usize = 256 * 1024;
-
-static SEGMENT_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_SEGMENT_BYTES);
-
-/// The segment size every rank must agree on (set it the same everywhere).
-pub fn segment_bytes() -> usize {
-    SEGMENT_BYTES.load(Ordering::Relaxed)
-}
-
-pub fn set_segment_bytes(bytes: usize) {
-    SEGMENT_BYTES.store(bytes.max(1), Ordering::Relaxed);
-}
 
 /// The buffer cut into blocks, and each block into segments, as disjoint mutable cells that a
 /// phase can hand out one by one.
@@ -81,12 +50,30 @@ fn wait_all(requests: Vec<Request<'_>>) -> Result<()> {
     requests.into_iter().try_for_each(Request::wait)
 }
 
-impl Schedule for PipelinedRing {
+impl Algorithm for PipelinedRing {
     fn name(&self) -> &'static str {
         "pipelined_ring"
     }
 
-    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
+    fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
+        let (n, m) = (ranks as f64, bytes as f64);
+        let segments = (m / n / tuning.segment_bytes.max(1) as f64).ceil().max(1.0);
+        Cost {
+            messages: 2.0 * (n - 1.0) * segments,
+            bytes: 2.0 * (n - 1.0) / n * m,
+            reduced: (n - 1.0) / n * m,
+        }
+    }
+}
+
+impl Allreduce for PipelinedRing {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
         let n = transport.size();
         if n == 1 {
             return Ok(());
@@ -94,7 +81,7 @@ impl Schedule for PipelinedRing {
         let elem = reduction.elem_size();
         let blocks = Blocks::new(buf.len() / elem, n, elem);
         // Whole elements per segment, and never more than a block.
-        let wanted = self.segment_bytes.unwrap_or_else(segment_bytes);
+        let wanted = tuning.segment_bytes.max(1);
         let segment = (wanted / elem).max(1) * elem;
         let segment = segment.min(blocks.max_len().max(elem));
         reduce_scatter(transport, buf, &blocks, segment, reduction)?;

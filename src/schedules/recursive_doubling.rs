@@ -8,9 +8,9 @@
 //! the scratch: the algorithm needs a receive buffer as large as what it exchanges.
 
 use super::halving_doubling::{real_rank, Role};
-use super::scratch::Scratch;
-use super::{largest_power_of_two, Reduction, Schedule};
+use super::{largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Reduction, Tuning};
 use crate::error::Result;
+use crate::scratch::Scratch;
 use crate::kernels::Order;
 use crate::transport::{message_pieces, Transport};
 
@@ -19,12 +19,34 @@ pub struct RecursiveDoubling;
 /// The largest piece (and scratch buffer) recursive doubling works on at once.
 pub const PIECE_BYTES: usize = 64 * 1024;
 
-impl Schedule for RecursiveDoubling {
+impl Algorithm for RecursiveDoubling {
     fn name(&self) -> &'static str {
         "recursive_doubling"
     }
 
-    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        let pof2 = largest_power_of_two(ranks.max(1));
+        let folded = pof2 != ranks;
+        let pieces = bytes.div_ceil(PIECE_BYTES).max(1) as f64;
+        let rounds = (log2_floor(pof2) + if folded { 2 } else { 0 }) as f64;
+        let m = bytes as f64;
+        Cost {
+            messages: rounds * pieces,
+            bytes: rounds * m,
+            // The fold's way back carries a finished result: nothing to combine.
+            reduced: (rounds - if folded { 1.0 } else { 0.0 }) * m,
+        }
+    }
+}
+
+impl Allreduce for RecursiveDoubling {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
         let n = transport.size();
         if n == 1 {
             return Ok(());

@@ -13,24 +13,42 @@
 //! which is 2(N-1)/N·m when N divides the element count (the lower bound of Lemma 5), and
 //! within one element per block of it otherwise. Scratch: one block, ⌈count/N⌉ elements.
 //!
-//! The two phases work on any disjoint blocks, so they also serve `reducescatter` and
-//! `allgather` with uneven per-rank sizes.
+//! The two phases work on any disjoint blocks, so they also serve reduce-scatter and
+//! allgather with uneven per-rank sizes ([`super::ring_reduce_scatter`],
+//! [`super::ring_allgather`]).
 
 use super::blocks::{split_pair, Blocks};
-use super::scratch::Scratch;
-use super::{Reduction, Schedule};
+use super::{Algorithm, Allreduce, Cost, Reduction, Tuning};
 use crate::error::{CoreError, Result};
+use crate::scratch::Scratch;
 use crate::transport::Transport;
 use std::ops::Range;
 
 pub struct Ring;
 
-impl Schedule for Ring {
+impl Algorithm for Ring {
     fn name(&self) -> &'static str {
         "ring"
     }
 
-    fn run(&self, transport: &dyn Transport, buf: &mut [u8], reduction: &Reduction) -> Result<()> {
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        let (n, m) = (ranks as f64, bytes as f64);
+        Cost {
+            messages: 2.0 * (n - 1.0),
+            bytes: 2.0 * (n - 1.0) / n * m,
+            reduced: (n - 1.0) / n * m,
+        }
+    }
+}
+
+impl Allreduce for Ring {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
         let n = transport.size();
         if n == 1 {
             return Ok(());

@@ -5,12 +5,16 @@
 //! what it sends, so tests can check a schedule's traffic exactly.
 
 use super::{
-    check_receive_length, message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES,
+    check_receive_length, message_pieces, wrong_length, Pending, Request, Transport, Watcher,
+    DEFAULT_MAX_MESSAGE_BYTES,
 };
 use crate::error::{CoreError, Result};
+use std::any::Any;
 use std::cell::Cell;
+use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How long a receive waits before it reports a stuck schedule instead of hanging the tests.
 const RECEIVE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -19,7 +23,10 @@ pub struct LocalTransport {
     rank: usize,
     to: Vec<Sender<Vec<u8>>>,
     from: Vec<Receiver<Vec<u8>>>,
+    notices_to: Vec<Sender<(usize, u64)>>,
+    notices: Receiver<(usize, u64)>,
     max_message_bytes: usize,
+    watcher: Option<Arc<dyn Watcher>>,
     bytes_sent: Cell<usize>,
     messages_sent: Cell<usize>,
     largest_message: Cell<usize>,
@@ -43,15 +50,20 @@ impl LocalTransport {
                 dst_receivers.push(rx);
             }
         }
+        let (notices_to, notices): (Vec<_>, Vec<_>) = (0..size).map(|_| channel()).unzip();
         senders
             .into_iter()
             .zip(receivers)
+            .zip(notices)
             .enumerate()
-            .map(|(rank, (to, from))| LocalTransport {
+            .map(|(rank, ((to, from), notices))| LocalTransport {
                 rank,
                 to,
                 from,
+                notices_to: notices_to.clone(),
+                notices,
                 max_message_bytes,
+                watcher: None,
                 bytes_sent: Cell::new(0),
                 messages_sent: Cell::new(0),
                 largest_message: Cell::new(0),
@@ -93,41 +105,51 @@ impl LocalTransport {
 
 struct LocalReceive<'a> {
     buf: &'a mut [u8],
-    len: usize,
+    pieces: Vec<Range<usize>>,
+    next: usize,
     channel: &'a Receiver<Vec<u8>>,
-    max_message_bytes: usize,
     source: usize,
+    posted: Instant,
 }
 
 impl<'a> Pending<'a> for LocalReceive<'a> {
-    fn wait(self: Box<Self>) -> Result<Option<&'a mut [u8]>> {
-        let this = *self;
-        let LocalReceive {
-            buf,
-            len,
-            channel,
-            max_message_bytes,
-            source,
-        } = this;
-        for piece in message_pieces(len, max_message_bytes, 1) {
-            let message = channel.recv_timeout(RECEIVE_TIMEOUT).map_err(|e| {
-                CoreError::Communication(match e {
-                    RecvTimeoutError::Timeout => {
-                        format!("no message from rank {source} within {RECEIVE_TIMEOUT:?}")
-                    }
-                    RecvTimeoutError::Disconnected => format!("rank {source} has exited"),
-                })
-            })?;
+    fn wait_for(&mut self, limit: Duration) -> Result<bool> {
+        let deadline = Instant::now() + limit;
+        while let Some(piece) = self.pieces.get(self.next).cloned() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let message = match self.channel.recv_timeout(left) {
+                Ok(message) => message,
+                Err(RecvTimeoutError::Timeout) if self.posted.elapsed() < RECEIVE_TIMEOUT => {
+                    return Ok(false)
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(CoreError::Communication(format!(
+                        "no message from rank {} within {RECEIVE_TIMEOUT:?}",
+                        self.source
+                    )))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(CoreError::Communication(format!(
+                        "rank {} has exited",
+                        self.source
+                    )))
+                }
+            };
             if message.len() != piece.len() {
-                return Err(CoreError::Communication(format!(
-                    "expected {} bytes from rank {source}, got {}",
-                    piece.len(),
-                    message.len()
-                )));
+                return Err(wrong_length(self.source, piece.len(), message.len()));
             }
-            buf[piece].copy_from_slice(&message);
+            self.buf[piece].copy_from_slice(&message);
+            self.next += 1;
         }
-        Ok(Some(buf))
+        Ok(true)
+    }
+
+    fn peer(&self) -> usize {
+        self.source
+    }
+
+    fn into_buffer(self: Box<Self>) -> Option<&'a mut [u8]> {
+        Some(self.buf)
     }
 }
 
@@ -162,12 +184,50 @@ impl Transport for LocalTransport {
     ) -> Result<Request<'a>> {
         self.check_peer(source)?;
         check_receive_length(len, buf.len())?;
-        Ok(Request::new(Box::new(LocalReceive {
+        let receive = LocalReceive {
             buf,
-            len,
+            pieces: message_pieces(len, self.max_message_bytes, 1).collect(),
+            next: 0,
             channel: &self.from[source],
-            max_message_bytes: self.max_message_bytes,
             source,
-        })))
+            posted: Instant::now(),
+        };
+        Ok(Request::new(Box::new(receive), self))
+    }
+
+    fn message_limit(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    fn set_message_limit(&mut self, bytes: usize) {
+        self.max_message_bytes = bytes.max(1);
+    }
+
+    fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
+        self.check_peer(dest)?;
+        // A rank that has exited hears nothing; notices are diagnostics, so that is fine.
+        let _ = self.notices_to[dest].send((self.rank, notice));
+        Ok(())
+    }
+
+    fn take_notices(&self) -> Vec<(usize, u64)> {
+        self.notices.try_iter().collect()
+    }
+
+    fn watcher(&self) -> Option<&dyn Watcher> {
+        self.watcher.as_deref()
+    }
+
+    fn set_watcher(&mut self, watcher: Arc<dyn Watcher>) {
+        self.watcher = Some(watcher);
+    }
+
+    /// The ranks are threads of a test: stop this one loudly.
+    fn abort(&self, code: i32) -> ! {
+        panic!("rank {} aborted the group (code {code})", self.rank)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

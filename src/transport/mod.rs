@@ -1,26 +1,46 @@
-//! Point-to-point byte messages between the ranks of one group.
+//! Point-to-point byte messages between the ranks of one group. Nothing here knows what a
+//! collective is.
 //!
-//! A schedule sees only this trait: ranks, nonblocking send and receive with wait, sendrecv,
-//! and (optionally) the library's own allreduce. Two implementations: [`mpi::MpiTransport`]
-//! over an MPI communicator, and [`local::LocalTransport`], ranks as threads in one process, so
-//! that every schedule is tested by `cargo test` at any rank count without MPI.
+//! A schedule sees only this trait: ranks, nonblocking send and receive with wait, sendrecv.
+//! Two implementations: [`mpi::MpiTransport`] over an MPI communicator, and
+//! [`local::LocalTransport`], ranks as threads in one process, so that every schedule (and the
+//! runtime above them) is tested by `cargo test` at any rank count without MPI.
 //!
 //! Ordering: messages from one rank to another arrive in the order they were sent (MPI's
 //! non-overtaking rule for one communicator and tag), and receives are matched in the order
 //! they are posted.
+//!
+//! Besides data, a transport carries *notices*: single `u64`s on a separate channel that never
+//! match data messages (the runtime's stall inspector reports with them). And while a wait
+//! lasts, the transport tells its [`Watcher`], if it has one, how long it has been waiting.
 
 pub mod local;
 pub mod mpi;
 
-use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
+use std::any::Any;
 use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// An operation in flight, borrowing its buffer for `'a`.
 pub trait Pending<'a> {
-    /// Block until the operation completes. A receive hands its buffer back, filled.
-    fn wait(self: Box<Self>) -> Result<Option<&'a mut [u8]>>;
+    /// Wait at most `limit` for the operation to complete; `Ok(true)` once it has.
+    fn wait_for(&mut self, limit: Duration) -> Result<bool>;
+    /// The rank on the other end (for stall messages).
+    fn peer(&self) -> usize;
+    /// A completed receive's buffer; `None` for sends.
+    fn into_buffer(self: Box<Self>) -> Option<&'a mut [u8]>;
 }
+
+/// Told how long a wait has lasted, now and then while it lasts (the runtime's stall
+/// inspector). `flags` belongs to the watcher: it starts at 0 for each wait.
+pub trait Watcher: Send + Sync {
+    fn waiting(&self, transport: &dyn Transport, peer: usize, waited: Duration, flags: &mut u8);
+}
+
+/// How often a long wait reports to its watcher.
+const WATCH_PERIOD: Duration = Duration::from_millis(50);
 
 /// A started send or receive. Waiting consumes it; dropping it waits too (ignoring the
 /// outcome), because the buffer it borrows must not be released while the transport may still
@@ -28,41 +48,63 @@ pub trait Pending<'a> {
 #[must_use = "a request must be waited on"]
 pub struct Request<'a> {
     op: Option<Box<dyn Pending<'a> + 'a>>,
+    transport: Option<&'a dyn Transport>,
 }
 
 impl<'a> Request<'a> {
-    pub fn new(op: Box<dyn Pending<'a> + 'a>) -> Self {
-        Request { op: Some(op) }
+    /// A request on `transport`, whose watcher hears about long waits.
+    pub fn new(op: Box<dyn Pending<'a> + 'a>, transport: &'a dyn Transport) -> Self {
+        Request {
+            op: Some(op),
+            transport: Some(transport),
+        }
     }
 
     /// A request that is already complete (an eager send).
     pub fn done() -> Self {
-        Request { op: None }
+        Request {
+            op: None,
+            transport: None,
+        }
     }
 
     pub fn wait(mut self) -> Result<()> {
-        match self.op.take() {
-            Some(op) => op.wait().map(|_| ()),
-            None => Ok(()),
-        }
+        self.complete().map(|_| ())
     }
 
     /// Wait for a receive and get its buffer back, to reduce or forward what arrived.
     pub fn wait_for_data(mut self) -> Result<&'a mut [u8]> {
-        self.op
-            .take()
-            .map_or(Ok(None), |op| op.wait())?
+        self.complete()?
             .ok_or_else(|| CoreError::InvalidArgument("internal: waited for data on a send".into()))
+    }
+
+    fn complete(&mut self) -> Result<Option<&'a mut [u8]>> {
+        let Some(mut op) = self.op.take() else {
+            return Ok(None);
+        };
+        if op.wait_for(WATCH_PERIOD)? {
+            return Ok(op.into_buffer());
+        }
+        let started = Instant::now();
+        let watcher = self.transport.and_then(|t| t.watcher().map(|w| (t, w)));
+        let mut flags = 0;
+        loop {
+            if let Some((transport, watcher)) = watcher {
+                let waited = WATCH_PERIOD + started.elapsed();
+                watcher.waiting(transport, op.peer(), waited, &mut flags);
+            }
+            if op.wait_for(WATCH_PERIOD)? {
+                return Ok(op.into_buffer());
+            }
+        }
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Some(op) = self.op.take() {
-            // Reached only on an early return after another error; that error is the one the
-            // caller reports, so this one is dropped.
-            let _ = op.wait();
-        }
+        // Reached only on an early return after another error; that error is the one the
+        // caller reports, so this one is dropped.
+        let _ = self.complete();
     }
 }
 
@@ -75,7 +117,7 @@ pub trait Transport {
 
     /// Start receiving exactly `len` bytes from `source` into `buf[..len]`. Waiting with
     /// [`Request::wait_for_data`] hands back all of `buf`, so a schedule can reuse a fixed set of
-    /// scratch buffers for messages of varying size.
+    /// scratch buffers for messages of varying size. A message of another length is an error.
     fn irecv_into<'a>(
         &'a self,
         buf: &'a mut [u8],
@@ -98,13 +140,24 @@ pub trait Transport {
         received.and(sent)
     }
 
-    /// The communication library's own allreduce, in place, of the combining part of `op`
-    /// (`avg` reduces as `sum`; the caller divides). Transports without one say so.
-    fn native_allreduce(&self, _buf: &mut [u8], _dtype: DType, _op: ReduceOp) -> Result<()> {
-        Err(CoreError::InvalidArgument(
-            "this transport has no native allreduce".into(),
-        ))
-    }
+    /// Messages longer than this go as several (MPI counts are C ints).
+    fn message_limit(&self) -> usize;
+    fn set_message_limit(&mut self, bytes: usize);
+
+    /// Send a notice to `dest`; it does not wait for the receiver.
+    fn send_notice(&self, dest: usize, notice: u64) -> Result<()>;
+    /// The notices that have arrived since the last call: (source, notice).
+    fn take_notices(&self) -> Vec<(usize, u64)>;
+
+    /// Who hears about long waits.
+    fn watcher(&self) -> Option<&dyn Watcher>;
+    fn set_watcher(&mut self, watcher: Arc<dyn Watcher>);
+
+    /// End every process of the job now.
+    fn abort(&self, code: i32) -> !;
+
+    /// The concrete transport, for a schedule that calls a library's own collective.
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// Byte ranges of at most `limit` bytes, cut at multiples of `align`, covering `0..len`.
@@ -128,6 +181,14 @@ pub(crate) fn check_receive_length(len: usize, capacity: usize) -> Result<()> {
             "internal: receiving {len} bytes into a {capacity}-byte buffer"
         )))
     }
+}
+
+/// A message of the wrong length: the two ranks disagree on what they exchange.
+pub(crate) fn wrong_length(source: usize, expected: usize, got: usize) -> CoreError {
+    CoreError::Communication(format!(
+        "expected a message of {expected} bytes from rank {source}, got {got}: the ranks \
+         disagree on what they exchange"
+    ))
 }
 
 /// The largest message any transport sends by default: MPI's count limit.

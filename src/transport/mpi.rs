@@ -4,53 +4,51 @@
 //! `mpi::ffi` because rsmpi's safe requests need a lexical scope (a schedule holds requests
 //! across loop iterations) and because rsmpi ignores return codes, while ringlet turns each
 //! failed call into an error. Our communicator is a duplicate with `MPI_ERRORS_RETURN`, so a
-//! failure comes back here instead of aborting silently or being ignored.
+//! failure comes back here instead of aborting silently or being ignored. Every receive's
+//! status is checked: a message of another length than expected is an error, never a silently
+//! short buffer.
 
 use super::{
-    check_receive_length, message_pieces, Pending, Request, Transport, DEFAULT_MAX_MESSAGE_BYTES,
+    check_receive_length, message_pieces, wrong_length, Pending, Request, Transport, Watcher,
+    DEFAULT_MAX_MESSAGE_BYTES,
 };
-use crate::consistency::Call;
-use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use mpi::ffi;
 use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
+use std::any::Any;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 extern "C" {
     fn ringlet_mpi_in_place() -> *mut c_void;
 }
 
-/// Every ringlet message uses this tag; the communicator is ringlet's own duplicate, so no
+/// `MPI_IN_PLACE`, whose value differs between MPI libraries (rsmpi does not export it).
+pub fn in_place() -> *mut c_void {
+    // SAFETY: the shim returns a constant and touches nothing.
+    unsafe { ringlet_mpi_in_place() }
+}
+
+/// Every ringlet data message uses this tag; the communicator is ringlet's own duplicate, so no
 /// other traffic can match it.
 const TAG: c_int = 0x52_4c; // "RL"
-/// Stall reports to rank 0 ("I have been waiting in collective #k"), off the data path.
-const STALL_TAG: c_int = TAG + 1;
+/// Notices (diagnostics), off the data path.
+const NOTICE_TAG: c_int = TAG + 1;
 
-/// What to do when a wait takes long: warn after `warning`, end the job after `timeout`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StallPolicy {
-    pub warning: Option<Duration>,
-    pub timeout: Option<Duration>,
-}
+/// Spin on MPI_Testall this long before yielding the core between polls (oversubscribed runs).
+const SPIN: Duration = Duration::from_millis(1);
 
 pub struct MpiTransport {
     /// `None` only after MPI was finalized under us; then the handle is leaked, not freed.
     comm: Option<SimpleCommunicator>,
     rank: usize,
     size: usize,
-    max_message_bytes: AtomicUsize,
-    /// Collectives started on this communicator (the consistency check's sequence number).
-    sequence: AtomicU64,
-    /// The collective in progress, for stall messages.
-    current: Mutex<Option<(u64, Call)>>,
-    /// On rank 0: the last collective each rank reported being stuck in.
-    stall_reports: Mutex<Vec<Option<u64>>>,
-    pub stall: StallPolicy,
+    max_message_bytes: usize,
+    watcher: Option<Arc<dyn Watcher>>,
 }
 
 // SAFETY: an MPI communicator handle may be used from any thread of the process as long as the
@@ -64,16 +62,22 @@ pub(crate) fn check(code: c_int, what: &str) -> Result<()> {
     if code == ffi::MPI_SUCCESS as c_int {
         return Ok(());
     }
+    Err(CoreError::Communication(format!(
+        "{what} failed: {}",
+        error_string(code)
+    )))
+}
+
+fn error_string(code: c_int) -> String {
     let mut text = vec![0u8; ffi::MPI_MAX_ERROR_STRING as usize + 1];
     let mut len: c_int = 0;
     // SAFETY: `text` holds MPI_MAX_ERROR_STRING bytes, as MPI_Error_string requires.
     let described = unsafe { ffi::MPI_Error_string(code, text.as_mut_ptr().cast(), &mut len) };
-    let reason = if described == ffi::MPI_SUCCESS as c_int {
+    if described == ffi::MPI_SUCCESS as c_int {
         String::from_utf8_lossy(&text[..len.max(0) as usize]).into_owned()
     } else {
         format!("MPI error code {code}")
-    };
-    Err(CoreError::Communication(format!("{what} failed: {reason}")))
+    }
 }
 
 impl MpiTransport {
@@ -97,127 +101,17 @@ impl MpiTransport {
             comm: Some(comm),
             rank: rank as usize,
             size: size as usize,
-            max_message_bytes: AtomicUsize::new(DEFAULT_MAX_MESSAGE_BYTES),
-            sequence: AtomicU64::new(0),
-            current: Mutex::new(None),
-            stall_reports: Mutex::new(vec![None; size as usize]),
-            stall: StallPolicy::default(),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            watcher: None,
         })
     }
 
-    /// Number the next collective and remember it for stall messages.
-    pub fn begin(&self, call: Call) -> u64 {
-        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((seq, call));
-        seq
-    }
-
-    fn current_seq(&self) -> Option<u64> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map(|(seq, _)| seq)
-    }
-
-    /// Tell rank 0 that this rank has waited past the warning in collective `seq`. A tiny
-    /// eager message; failures are ignored (this is diagnostics).
-    fn report_stall(&self, seq: u64) {
-        let Ok(comm) = self.raw() else { return };
-        let bytes = seq.to_le_bytes();
-        // SAFETY: an 8-byte send from a live local buffer on a live communicator.
-        unsafe {
-            ffi::MPI_Send(
-                bytes.as_ptr().cast(),
-                8,
-                ffi::RSMPI_UINT8_T,
-                0,
-                STALL_TAG,
-                comm,
-            );
-        }
-    }
-
-    /// On rank 0: take in the stall reports that have arrived.
-    fn collect_stall_reports(&self) {
-        let Ok(comm) = self.raw() else { return };
-        let mut reports = self.stall_reports.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let mut flag: c_int = 0;
-            // SAFETY: MPI_Status is plain data that MPI_Iprobe fills in.
-            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            // SAFETY: probing a live communicator; `flag` and `status` are live locals.
-            let code = unsafe {
-                ffi::MPI_Iprobe(
-                    ffi::RSMPI_ANY_SOURCE,
-                    STALL_TAG,
-                    comm,
-                    &mut flag,
-                    &mut status,
-                )
-            };
-            if code != ffi::MPI_SUCCESS as c_int || flag == 0 {
-                return;
-            }
-            let mut bytes = [0u8; 8];
-            let source = status.MPI_SOURCE;
-            // SAFETY: receiving the 8-byte report just probed into a live local buffer.
-            let code = unsafe {
-                ffi::MPI_Recv(
-                    bytes.as_mut_ptr().cast(),
-                    8,
-                    ffi::RSMPI_UINT8_T,
-                    source,
-                    STALL_TAG,
-                    comm,
-                    ffi::RSMPI_STATUS_IGNORE,
-                )
-            };
-            if code != ffi::MPI_SUCCESS as c_int {
-                return;
-            }
-            if let Some(slot) = reports.get_mut(source as usize) {
-                *slot = Some(u64::from_le_bytes(bytes));
-            }
-        }
-    }
-
-    /// On rank 0: the ranks that have not reported waiting in collective `seq` (rank 0 itself
-    /// is waiting), i.e. the ranks that have not joined it.
-    fn missing_from(&self, seq: u64) -> Vec<usize> {
-        let reports = self.stall_reports.lock().unwrap_or_else(|e| e.into_inner());
-        (1..self.size)
-            .filter(|&r| reports[r] != Some(seq))
-            .collect()
-    }
-
-    fn describe_current(&self) -> String {
-        match *self.current.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((seq, call)) => call.describe_as(seq),
-            None => "a collective".into(),
-        }
-    }
-
-    fn raw(&self) -> Result<ffi::MPI_Comm> {
+    /// The communicator's handle, for a schedule that calls the library's own collective.
+    pub fn raw(&self) -> Result<ffi::MPI_Comm> {
         self.comm
             .as_ref()
             .map(AsRaw::as_raw)
             .ok_or_else(|| CoreError::Communication("the communicator has been released".into()))
-    }
-
-    /// Split messages (and native allreduce calls) above this many bytes; tests lower it to
-    /// exercise the path that arrays of more than 2^31 elements take.
-    pub fn set_max_message_bytes(&self, limit: usize) {
-        let limit = limit.clamp(8, DEFAULT_MAX_MESSAGE_BYTES);
-        self.max_message_bytes.store(limit, Ordering::Relaxed);
-    }
-
-    pub fn max_message_bytes(&self) -> usize {
-        self.max_message_bytes.load(Ordering::Relaxed)
-    }
-
-    pub fn barrier(&self) -> Result<()> {
-        // SAFETY: a live communicator handle.
-        check(unsafe { ffi::MPI_Barrier(self.raw()?) }, "MPI_Barrier")
     }
 
     fn peer(&self, peer: usize) -> Result<c_int> {
@@ -239,20 +133,22 @@ impl MpiTransport {
         what: &'static str,
         peer: c_int,
         len: usize,
-        start: impl Fn(std::ops::Range<usize>, &mut ffi::MPI_Request) -> c_int,
+        start: impl Fn(Range<usize>, &mut ffi::MPI_Request) -> c_int,
     ) -> Result<MpiPending<'a>> {
         let mut pending = MpiPending {
             requests: Vec::with_capacity(1),
+            statuses: Vec::new(),
+            pieces: Vec::with_capacity(1),
             what,
-            transport: self,
             peer: peer as usize,
             received: None,
             _send_buffer: PhantomData,
         };
-        for piece in message_pieces(len, self.max_message_bytes(), 1) {
+        for piece in message_pieces(len, self.max_message_bytes, 1) {
             let mut request = null_request();
-            check(start(piece, &mut request), what)?;
+            check(start(piece.clone(), &mut request), what)?;
             pending.requests.push(request);
+            pending.pieces.push(piece);
         }
         Ok(pending)
     }
@@ -281,8 +177,10 @@ fn null_request() -> ffi::MPI_Request {
 
 struct MpiPending<'a> {
     requests: Vec<ffi::MPI_Request>,
+    statuses: Vec<ffi::MPI_Status>,
+    /// The byte range of each request's piece, to check what arrived.
+    pieces: Vec<Range<usize>>,
     what: &'static str,
-    transport: &'a MpiTransport,
     peer: usize,
     /// A receive's buffer, handed back once the data is in; `None` for sends.
     received: Option<&'a mut [u8]>,
@@ -290,113 +188,100 @@ struct MpiPending<'a> {
 }
 
 impl MpiPending<'_> {
-    /// Poll until every request completes, watching the clock: a stalled peer gets a warning
-    /// after `RINGLET_STALL_WARNING` seconds, and ends the job after `RINGLET_TIMEOUT`.
-    fn wait_all(&mut self) -> Result<()> {
+    /// One MPI_Testall; `Ok(true)` once every piece is complete and (for a receive) of the
+    /// expected length.
+    fn test(&mut self) -> Result<bool> {
         if self.requests.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
+        if self.statuses.len() != self.requests.len() {
+            // SAFETY: MPI_Status is plain data; MPI_Testall fills these in.
+            self.statuses = vec![unsafe { std::mem::zeroed() }; self.requests.len()];
+        }
+        let mut flag: c_int = 0;
+        // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps alive
+        // and that nothing else touches until this wait returns; `statuses` has one slot per
+        // request. Completed requests become MPI_REQUEST_NULL, which MPI_Testall accepts again.
+        let code = unsafe {
+            ffi::MPI_Testall(
+                self.requests.len() as c_int,
+                self.requests.as_mut_ptr(),
+                &mut flag,
+                self.statuses.as_mut_ptr(),
+            )
+        };
+        if code == ffi::MPI_SUCCESS as c_int && flag == 0 {
+            return Ok(false);
+        }
+        // Completed requests are MPI_REQUEST_NULL now; after an error some may still be
+        // pending (they own their buffers, so `drop` waits for them).
+        let null = null_request();
+        self.requests.retain(|request| *request != null);
+        if code == ffi::MPI_ERR_IN_STATUS as c_int {
+            let failed = self.statuses.iter().find(|s| s.MPI_ERROR != 0);
+            let code = failed.map_or(code, |s| s.MPI_ERROR);
+            if code == ffi::MPI_ERR_TRUNCATE as c_int {
+                return Err(CoreError::Communication(format!(
+                    "rank {} sent a longer message than expected: the ranks disagree on what \
+                     they exchange ({})",
+                    self.peer,
+                    error_string(code)
+                )));
+            }
+            return check(code, self.what).map(|_| true);
+        }
+        check(code, self.what)?;
+        self.requests.clear();
+        if self.received.is_some() {
+            for (status, piece) in self.statuses.iter().zip(&self.pieces) {
+                let mut count: c_int = 0;
+                // SAFETY: `status` was filled in by MPI_Testall for a completed receive.
+                let code = unsafe { ffi::MPI_Get_count(status, ffi::RSMPI_UINT8_T, &mut count) };
+                check(code, "MPI_Get_count")?;
+                if count as usize != piece.len() {
+                    return Err(wrong_length(self.peer, piece.len(), count.max(0) as usize));
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl<'a> Pending<'a> for MpiPending<'a> {
+    fn wait_for(&mut self, limit: Duration) -> Result<bool> {
         let started = Instant::now();
-        let policy = self.transport.stall;
-        let transport = self.transport;
-        let mut warned = false;
-        let mut summarized = false;
         loop {
-            let mut flag: c_int = 0;
-            // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps
-            // alive and that nothing else touches until this wait returns; completed requests
-            // become MPI_REQUEST_NULL, which MPI_Testall accepts again.
-            let code = unsafe {
-                ffi::MPI_Testall(
-                    self.requests.len() as c_int,
-                    self.requests.as_mut_ptr(),
-                    &mut flag,
-                    ffi::RSMPI_STATUSES_IGNORE,
-                )
-            };
-            if code != ffi::MPI_SUCCESS as c_int || flag != 0 {
-                self.requests.clear();
-                return check(code, self.what);
+            if self.test()? {
+                return Ok(true);
             }
             let waited = started.elapsed();
-            if let Some(limit) = policy.warning.filter(|limit| !warned && waited >= *limit) {
-                eprintln!(
-                    "ringlet: rank {} has waited {:.0} s in {} for rank {}, which has not \
-                     joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
-                    self.transport.rank,
-                    waited.as_secs_f64(),
-                    self.transport.describe_current(),
-                    self.peer,
-                    limit.as_secs_f64()
-                );
-                warned = true;
-                if let (Some(seq), true) = (transport.current_seq(), transport.rank != 0) {
-                    transport.report_stall(seq);
-                }
+            if waited >= limit {
+                return Ok(false);
             }
-            // Rank 0 gathers the reports and, half a warning period later, names the ranks
-            // from which it heard nothing: they have not joined (Horovod's stall inspector).
-            if let (Some(limit), 0, false) = (policy.warning, transport.rank, summarized) {
-                if waited >= limit {
-                    transport.collect_stall_reports();
-                }
-                if let Some(seq) = transport.current_seq().filter(|_| waited >= limit * 3 / 2) {
-                    let missing = transport.missing_from(seq);
-                    if !missing.is_empty() {
-                        eprintln!(
-                            "ringlet: {} has waited {:.0} s: rank(s) {} have not joined it \
-                             (every other rank reports waiting)",
-                            transport.describe_current(),
-                            waited.as_secs_f64(),
-                            missing
-                                .iter()
-                                .map(|r| r.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        );
-                    }
-                    summarized = true;
-                }
-            }
-            if let Some(limit) = policy.timeout.filter(|limit| waited >= *limit) {
-                eprintln!(
-                    "ringlet: rank {} gives up after {:.0} s in {} waiting for rank {} \
-                     (RINGLET_TIMEOUT={}): ending the job",
-                    self.transport.rank,
-                    waited.as_secs_f64(),
-                    self.transport.describe_current(),
-                    self.peer,
-                    limit.as_secs_f64()
-                );
-                abort(1);
-            }
-            if waited > Duration::from_millis(1) {
+            if waited > SPIN {
                 std::thread::yield_now(); // long waits share the core (oversubscribed runs)
             }
         }
     }
-}
 
-/// End every process of the job (MPI_Abort on MPI_COMM_WORLD).
-pub fn abort(code: c_int) -> ! {
-    // SAFETY: MPI_Abort may be called at any time after initialization; it does not return.
-    unsafe {
-        ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);
+    fn peer(&self) -> usize {
+        self.peer
     }
-    std::process::exit(code)
-}
 
-impl<'a> Pending<'a> for MpiPending<'a> {
-    fn wait(mut self: Box<Self>) -> Result<Option<&'a mut [u8]>> {
-        self.wait_all()?;
-        Ok(self.received.take())
+    fn into_buffer(mut self: Box<Self>) -> Option<&'a mut [u8]> {
+        self.received.take()
     }
 }
 
 impl Drop for MpiPending<'_> {
-    /// If posting a later piece failed, the pieces already posted still own their buffers.
+    /// If posting a later piece failed, or the wait was abandoned after an error, the pieces
+    /// already posted still own their buffers: wait for them.
     fn drop(&mut self) {
-        let _ = self.wait_all();
+        while !self.requests.is_empty() {
+            if self.test().is_err() {
+                break;
+            }
+        }
     }
 }
 
@@ -426,7 +311,7 @@ impl Transport for MpiTransport {
                 )
             }
         })?;
-        Ok(Request::new(Box::new(pending)))
+        Ok(Request::new(Box::new(pending), self))
     }
 
     fn irecv_into<'a>(
@@ -455,55 +340,99 @@ impl Transport for MpiTransport {
             }
         })?;
         pending.received = Some(data);
-        Ok(Request::new(Box::new(pending)))
+        Ok(Request::new(Box::new(pending), self))
     }
 
-    fn native_allreduce(&self, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
-        // SAFETY: reading MPI's predefined handles, which are constants after initialization.
-        let (datatype, mpi_op) = unsafe {
-            let datatype = match dtype {
-                DType::F32 => ffi::RSMPI_FLOAT,
-                DType::F64 => ffi::RSMPI_DOUBLE,
-                DType::I32 => ffi::RSMPI_INT32_T,
-                DType::I64 => ffi::RSMPI_INT64_T,
-                DType::F16 | DType::BF16 => {
-                    return Err(CoreError::InvalidArgument(format!(
-                        "algorithm \"mpi\" cannot reduce {}: MPI has no 16-bit float type; use \
-                         \"auto\", \"ring\", \"halving_doubling\" or \"recursive_doubling\"",
-                        dtype.name()
-                    )))
-                }
-            };
-            let mpi_op = match op.combining() {
-                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-                ReduceOp::Prod => ffi::RSMPI_PROD,
-                ReduceOp::Min => ffi::RSMPI_MIN,
-                ReduceOp::Max => ffi::RSMPI_MAX,
-            };
-            (datatype, mpi_op)
+    fn message_limit(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    fn set_message_limit(&mut self, bytes: usize) {
+        self.max_message_bytes = bytes.clamp(1, DEFAULT_MAX_MESSAGE_BYTES);
+    }
+
+    fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
+        let (comm, dest) = (self.raw()?, self.peer(dest)?);
+        let bytes = notice.to_le_bytes();
+        // SAFETY: an 8-byte send from a live local buffer on a live communicator; MPI sends
+        // messages this small eagerly, so it returns without waiting for the receiver.
+        let code = unsafe {
+            ffi::MPI_Send(
+                bytes.as_ptr().cast(),
+                8,
+                ffi::RSMPI_UINT8_T,
+                dest,
+                NOTICE_TAG,
+                comm,
+            )
         };
-        let comm = self.raw()?;
-        if buf.is_empty() {
-            // Nothing to reduce; an empty slice's dangling pointer can even equal MPI_IN_PLACE.
-            return Ok(());
-        }
-        let elem = dtype.size();
-        for piece in message_pieces(buf.len(), self.max_message_bytes(), elem) {
-            let count = (piece.len() / elem) as c_int;
-            // SAFETY: in-place allreduce on `count` elements inside `buf`, which is live and
-            // exclusively borrowed for the call.
+        check(code, "MPI_Send")
+    }
+
+    fn take_notices(&self) -> Vec<(usize, u64)> {
+        let mut notices = Vec::new();
+        let Ok(comm) = self.raw() else {
+            return notices;
+        };
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: MPI_Status is plain data that MPI_Iprobe fills in.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            // SAFETY: probing a live communicator; `flag` and `status` are live locals.
             let code = unsafe {
-                ffi::MPI_Allreduce(
-                    ringlet_mpi_in_place(),
-                    buf[piece].as_mut_ptr().cast(),
-                    count,
-                    datatype,
-                    mpi_op,
+                ffi::MPI_Iprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    NOTICE_TAG,
                     comm,
+                    &mut flag,
+                    &mut status,
                 )
             };
-            check(code, "MPI_Allreduce")?;
+            if code != ffi::MPI_SUCCESS as c_int || flag == 0 {
+                return notices;
+            }
+            let mut bytes = [0u8; 8];
+            // SAFETY: receiving the 8-byte notice just probed into a live local buffer.
+            let code = unsafe {
+                ffi::MPI_Recv(
+                    bytes.as_mut_ptr().cast(),
+                    8,
+                    ffi::RSMPI_UINT8_T,
+                    status.MPI_SOURCE,
+                    NOTICE_TAG,
+                    comm,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            if code != ffi::MPI_SUCCESS as c_int {
+                return notices;
+            }
+            notices.push((status.MPI_SOURCE as usize, u64::from_le_bytes(bytes)));
         }
-        Ok(())
     }
+
+    fn watcher(&self) -> Option<&dyn Watcher> {
+        self.watcher.as_deref()
+    }
+
+    fn set_watcher(&mut self, watcher: Arc<dyn Watcher>) {
+        self.watcher = Some(watcher);
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        abort(code)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// End every process of the job (MPI_Abort on MPI_COMM_WORLD).
+pub fn abort(code: c_int) -> ! {
+    // SAFETY: MPI_Abort may be called at any time after initialization; it does not return.
+    unsafe {
+        ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);
+    }
+    std::process::exit(code)
 }

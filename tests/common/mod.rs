@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::{self, scratch, Schedule};
+use _core::schedules::{self, Allreduce, Reduction, Tuning};
+use _core::scratch;
 use _core::transport::local::LocalTransport;
 use _core::transport::Transport;
 
@@ -18,13 +19,32 @@ pub struct RankOutcome {
     pub unreceived: usize,
 }
 
-/// Run `schedule` on `inputs[r]` at rank r, each rank in its own thread.
+/// Run `schedule` on `inputs[r]` at rank r, each rank in its own thread, default tuning.
 pub fn run_group(
-    schedule: &dyn Schedule,
+    schedule: &dyn Allreduce,
     inputs: Vec<Vec<u8>>,
     dtype: DType,
     op: ReduceOp,
     max_message_bytes: usize,
+) -> Vec<RankOutcome> {
+    run_group_tuned(
+        schedule,
+        inputs,
+        dtype,
+        op,
+        max_message_bytes,
+        Tuning::default(),
+    )
+}
+
+/// [`run_group`] with the given tuning.
+pub fn run_group_tuned(
+    schedule: &dyn Allreduce,
+    inputs: Vec<Vec<u8>>,
+    dtype: DType,
+    op: ReduceOp,
+    max_message_bytes: usize,
+    tuning: Tuning,
 ) -> Vec<RankOutcome> {
     let transports = LocalTransport::group_with_limit(inputs.len(), max_message_bytes);
     let outcomes: Vec<(Vec<u8>, LocalTransport, usize)> = std::thread::scope(|scope| {
@@ -35,8 +55,14 @@ pub fn run_group(
                 scope.spawn(move || {
                     let mut buf = aligned_copy(&input, dtype.size());
                     scratch::reset_peak();
-                    let result =
-                        schedules::allreduce(&transport, schedule, buf.as_mut_slice(), dtype, op);
+                    let reduction = Reduction { dtype, op };
+                    let result = schedules::allreduce(
+                        &transport,
+                        schedule,
+                        buf.as_mut_slice(),
+                        reduction,
+                        &tuning,
+                    );
                     if let Err(e) = result {
                         panic!("rank {} failed: {e}", transport.rank());
                     }

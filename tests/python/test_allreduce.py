@@ -134,29 +134,24 @@ def test_integer_sum_wraps_on_overflow(size):
 
 @pytest.mark.parametrize("segment_bytes", [4, 1000, 4096])
 def test_pipelined_ring_with_small_segments(rank, size, segment_bytes):
-    from ringlet import _core
-
-    default = _core.segment_bytes()
-    _core.set_segment_bytes(segment_bytes)
+    default = ringlet.settings()["segment_bytes"]
+    assert ringlet.settings(segment_bytes=segment_bytes)["segment_bytes"] == segment_bytes
     try:
         for dtype in ["float32", "float16", "int64"]:
             inputs = [exact_input(8, r, (2053,), dtype, "sum") for r in range(size)]
             result = ringlet.allreduce(inputs[rank], "sum", algorithm="pipelined_ring")
             assert result.tobytes() == reference(inputs, "sum").tobytes()
     finally:
-        _core.set_segment_bytes(default)
+        ringlet.settings(segment_bytes=default)
 
 
 @pytest.mark.parametrize("algorithm", ringlet.ALGORITHMS)
 def test_long_messages_are_split_at_the_limit(rank, size, algorithm):
     """The path of arrays over 2^31 elements, through a lowered message limit."""
-    from ringlet import _core
-
     inputs = [exact_input(3, r, (10_007,), "float64", "sum") for r in range(size)]
-    _core.set_max_message_bytes(1000)
+    assert ringlet.settings(max_message_bytes=1000)["max_message_bytes"] == 1000
     try:
-        assert _core.max_message_bytes() == 1000
         result = ringlet.allreduce(inputs[rank], "sum", algorithm=algorithm)
     finally:
-        _core.set_max_message_bytes(2**31 - 1)
+        ringlet.settings(max_message_bytes=2**31 - 1)
     assert result.tobytes() == reference(inputs, "sum").tobytes()

@@ -136,7 +136,7 @@ def test_the_core_rejects_bad_arguments_itself():
     with pytest.raises(ValueError, match=r"C-contiguous, aligned, writeable"):
         _core.allreduce(unaligned, "float64", "sum", "ring")
     with pytest.raises(ValueError, match=r"C-contiguous, aligned, writeable"):
-        _core.broadcast(np.zeros(8, dtype=np.float32)[::2], 0)
+        _core.broadcast(np.zeros(8, dtype=np.float32)[::2], "float32", 0, "auto")
 
 
 def test_misaligned_arrays_are_reduced_out_of_place_and_refused_in_place(size):
@@ -148,9 +148,14 @@ def test_misaligned_arrays_are_reduced_out_of_place_and_refused_in_place(size):
         ringlet.allreduce(unaligned, out=unaligned)
 
 
-def test_errors_are_exceptions_not_panics():
-    """RingletError is a RuntimeError; nothing raised here is a BaseException-only panic."""
-    assert issubclass(ringlet.RingletError, RuntimeError)
-    with pytest.raises(Exception) as info:
-        _core.allreduce(np.zeros(7, dtype=np.uint8), "float32", "sum", "ring")
-    assert isinstance(info.value, Exception)
+def test_a_panic_in_the_core_surfaces_as_ringlet_error_and_leaves_it_usable(size):
+    """A real Rust panic (a test hook), on the calling thread and on the background thread."""
+    with pytest.raises(ringlet.RingletError, match=r"internal error in ringlet's core: a test "
+                                                   r"asked for a panic"):
+        _core._test_panic(False)
+    with pytest.raises(ringlet.RingletError, match=r"a queued collective panicked"):
+        _core._test_panic(True)
+    # Neither the locks nor the background thread are left broken.
+    assert ringlet.allreduce(np.ones(3), "sum")[0] == size
+    handle = ringlet.allreduce_async(np.ones(3), "sum")
+    assert handle.wait()[0] == size

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import ringlet
 import ringlet.hvd as hvd
 
 from conftest import exact_input, reference
@@ -103,8 +104,14 @@ def test_allgather_mismatched_trailing_dims_fail_on_every_rank(rank, size):
     if size == 1:
         assert hvd.allgather(np.ones((2, 3))).shape == (2, 3)
         return
-    with pytest.raises(ValueError, match="only the first dimension may differ"):
-        hvd.allgather(np.ones((2, 3 + rank)))
+    # A cross-rank disagreement: MismatchError (a RuntimeError, as Horovod raises) on every
+    # rank, naming what each rank passed.
+    with pytest.raises(RuntimeError, match=r"float64\[2, 3\].*float64\[2, 4\]") as info:
+        hvd.allgather(np.ones((2, 3 + (rank == size - 1))))
+    assert isinstance(info.value, ringlet.MismatchError)
+    with pytest.raises(ringlet.MismatchError, match=r"float32\[2, 3\].*float64\[2, 3\]"):
+        hvd.allgather(np.ones((2, 3), dtype=np.float64 if rank == size - 1 else np.float32))
+    assert hvd.allgather(np.full((rank, 2), rank)).shape == (size * (size - 1) // 2, 2)
 
 
 def test_allgather_object_and_broadcast_object(rank, size):
@@ -127,7 +134,7 @@ def test_broadcast_from_a_non_zero_root(rank, size):
     assert np.all(hvd.broadcast_(strided, root) == root), "non-contiguous in place"
     handle = hvd.broadcast_async(np.array([rank]), root)
     assert hvd.synchronize(handle)[0] == root
-    with pytest.raises(ValueError, match="root_rank"):
+    with pytest.raises(ValueError, match=rf"root {size} is outside the {size} ranks"):
         hvd.broadcast(x, root_rank=size)
 
 

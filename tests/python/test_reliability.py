@@ -51,7 +51,7 @@ def test_mismatch_in_a_fused_batch_and_in_broadcast(rank, size):
     with pytest.raises(ringlet.MismatchError):
         ringlet.average_gradients(grads)
     with pytest.raises(ringlet.MismatchError, match="broadcast"):
-        _core.broadcast(np.zeros(4 + rank, dtype=np.uint8), 0)
+        ringlet.broadcast(np.zeros(4 + rank, dtype=np.uint8), 0)
 
 
 def test_calls_from_several_threads_are_never_corrupted(comm, rank, size):

@@ -7,7 +7,6 @@ few differences (process sets, join, Adasum).
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
@@ -16,10 +15,6 @@ from typing import Any
 import numpy as np
 
 import ringlet
-
-from .. import _core
-from .._dtypes import dtype_name
-from .._runtime import topology
 
 
 class ReduceOp(IntEnum):
@@ -191,19 +186,19 @@ class Horovod:
 
     @staticmethod
     def local_rank() -> int:
-        return topology()[0]
+        return ringlet.topology().local_rank
 
     @staticmethod
     def local_size() -> int:
-        return topology()[1]
+        return ringlet.topology().local_size
 
     @staticmethod
     def cross_rank() -> int:
-        return topology()[2]
+        return ringlet.topology().cross_rank
 
     @staticmethod
     def cross_size() -> int:
-        return topology()[3]
+        return ringlet.topology().cross_size
 
     @staticmethod
     def mpi_threads_supported() -> bool:
@@ -373,16 +368,12 @@ class Horovod:
         between ranks; the other dimensions and the dtype must not)."""
         _check_process_set(process_set)
         backend = backend_for(tensor)
-        return backend.tensor(_allgatherv(backend.array(tensor)), tensor)
+        return backend.tensor(ringlet.allgather(backend.array(tensor)), tensor)
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
         _check_process_set(process_set)
-        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
-        sizes = _row_counts(len(data))
-        gathered = _allgatherv(data).tobytes()
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        return [pickle.loads(gathered[offsets[r]:offsets[r + 1]]) for r in range(len(sizes))]
+        return ringlet.allgather_object(obj)
 
     def reducescatter(self, tensor: Any, name: Any = None, op: Any = Average,
                       process_set: Any = None, prescale_factor: float = 1.0,
@@ -395,17 +386,9 @@ class Horovod:
             raise ValueError("reducescatter supports Sum and Average")
         backend = backend_for(tensor)
         work = np.array(backend.array(tensor), order="C", copy=True)
-        name_ = dtype_name(work.dtype)
         if prescale_factor != 1.0:
             work *= prescale_factor
-        n, rank = ringlet.size(), ringlet.rank()
-        rows = work.shape[0] if work.ndim else 1
-        counts = [rows // n + (r < rows % n) for r in range(n)]
-        row_bytes = work.nbytes // max(rows, 1)
-        ringlet.init()
-        _core.reduce_scatter(work.reshape(-1), name_, op_name, [c * row_bytes for c in counts])
-        start = sum(counts[:rank])
-        mine = work.reshape((rows, *work.shape[1:]))[start:start + counts[rank]].copy()
+        mine = ringlet.reduce_scatter(work, op_name)
         if postscale_factor != 1.0:
             mine *= postscale_factor
         return backend.tensor(mine, tensor)
@@ -414,28 +397,23 @@ class Horovod:
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
                          process_set: Any = None) -> _HandleSet:
         _check_process_set(process_set)
-        _check_root(root_rank)
         backend = backend_for(tensor)
         array = backend.array(tensor)
         work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
-        ringlet.init()
-        core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
+        handle = ringlet.broadcast_async(work, root_rank, out=work)
 
         def finish() -> Any:
             backend.assign(tensor, work)
             return tensor
 
-        return _HandleSet(core, finish)
+        return _HandleSet(handle, finish)
 
     def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
                         process_set: Any = None) -> _HandleSet:
         _check_process_set(process_set)
-        _check_root(root_rank)
         backend = backend_for(tensor)
-        work = np.array(backend.array(tensor), order="C", copy=True)
-        ringlet.init()
-        core = _core.broadcast_async(work.reshape(-1).view(np.uint8), root_rank, None)
-        return _HandleSet(core, lambda: backend.tensor(work, tensor))
+        handle = ringlet.broadcast_async(backend.array(tensor), root_rank)
+        return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
 
     def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
                   process_set: Any = None) -> Any:
@@ -452,16 +430,7 @@ class Horovod:
                          process_set: Any = None) -> Any:
         """``root_rank``'s picklable ``obj`` on every rank."""
         _check_process_set(process_set)
-        _check_root(root_rank)
-        ringlet.init()
-        payload = pickle.dumps(obj) if ringlet.rank() == root_rank else b""
-        length = np.array([len(payload)], dtype=np.int64)
-        _core.broadcast(length, root_rank)
-        data = np.zeros(int(length[0]), dtype=np.uint8)
-        if ringlet.rank() == root_rank:
-            data[:] = np.frombuffer(payload, dtype=np.uint8)
-        _core.broadcast(data, root_rank)
-        return pickle.loads(data.tobytes())
+        return ringlet.broadcast_object(obj, root_rank)
 
     def broadcast_parameters(self, params: Any, root_rank: int) -> None:
         """Broadcast a ``state_dict()`` (dict) or ``named_parameters()`` (pairs) in place."""
@@ -478,40 +447,3 @@ class Horovod:
 
 def _reducible_in_place(array: np.ndarray) -> bool:
     return bool(array.flags.carray and array.dtype.isnative)
-
-
-def _check_root(root_rank: int) -> None:
-    size = ringlet.size()
-    if not 0 <= int(root_rank) < size:
-        raise ValueError(f"root_rank {root_rank} is outside 0..{size - 1}")
-
-
-def _row_counts(rows: int) -> list[int]:
-    """Every rank's ``rows``, through an allreduce of a one-hot vector."""
-    counts = np.zeros(ringlet.size(), dtype=np.int64)
-    counts[ringlet.rank()] = rows
-    return [int(c) for c in ringlet.allreduce(counts, "sum")]
-
-
-def _allgatherv(array: np.ndarray) -> np.ndarray:
-    """Concatenate every rank's array along axis 0; trailing shape and dtype must agree."""
-    array = np.ascontiguousarray(array)
-    name = array.dtype.name  # any dtype: nothing is reduced
-    shape = array.shape if array.ndim else (1,)
-    # Agree on dtype and trailing shape first: a mismatch is an error on every rank, not a hang.
-    signature = np.frombuffer(repr((name, shape[1:])).encode().ljust(256)[:256], dtype=np.uint8)
-    low = ringlet.allreduce(signature.astype(np.int32), "min")
-    high = ringlet.allreduce(signature.astype(np.int32), "max")
-    if not np.array_equal(low, high):
-        raise ValueError(
-            "allgather: ranks passed tensors of different dtypes or trailing dimensions "
-            f"(this rank: {name}{list(shape[1:])}); only the first dimension may differ"
-        )
-    counts = _row_counts(shape[0])
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * array.itemsize
-    out = np.empty((sum(counts), *shape[1:]), dtype=array.dtype)
-    start = sum(counts[: ringlet.rank()])
-    out[start:start + shape[0]] = array.reshape(shape)
-    _core.allgather_into(out.reshape(-1).view(np.uint8), [c * row_bytes for c in counts])
-    return out
-

@@ -26,7 +26,6 @@ except ImportError as exc:  # pragma: no cover - torch is an optional extra
 
 import ringlet
 
-from .._gradients import resolve_fusion_threshold
 from . import *  # noqa: F403 - the same API, now also for torch tensors
 from . import __all__ as _hvd_all
 from ._common import (
@@ -198,7 +197,7 @@ def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]
         listed = {id(p) for g in wanted for p in g}
         rest = [p for p in params if id(p) not in listed]
         return [g for g in wanted if g] + [[p] for p in rest]
-    limit = max(resolve_fusion_threshold(), 1)
+    limit = max(ringlet.fusion_threshold_bytes(), 1)
     buckets: list[list[torch.Tensor]] = [[]]
     filled = 0
     for p in reversed(params):

@@ -1,33 +1,38 @@
-//! Process-wide MPI state behind the Python API: who initialized MPI, ringlet's communicator,
-//! and finalization. MPI is finalized only if ringlet initialized it, and only after ringlet's
-//! communicator is freed (freeing after MPI_Finalize aborts the process).
+//! Process-wide state behind the Python API: who initialized MPI, ringlet's communicator, the
+//! calling threads' keys, and finalization. MPI is finalized only if ringlet initialized it,
+//! and only after ringlet's communicator is freed (freeing after MPI_Finalize aborts the
+//! process).
 
-use crate::consistency::{self, Call, Kind};
+use super::communicator::{Communicator, Options, Settings};
+use super::mpi_library;
+use super::stall::{stderr_sink, StallPolicy};
 use crate::error::{CoreError, Result};
-use crate::transport::mpi::{check, MpiTransport, StallPolicy};
+use crate::kernels::Level;
+use crate::transport::mpi::{check, MpiTransport};
 use mpi::environment::Universe;
 use mpi::ffi;
 use mpi::Threading;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 struct State {
     /// Present when ringlet called MPI_Init_thread; dropping it calls MPI_Finalize.
     universe: Option<Universe>,
-    /// ringlet's duplicate communicator; `None` before `init` and after `shutdown`.
-    transport: Option<MpiTransport>,
+    /// ringlet's communicator; `None` before `init` and after `shutdown`.
+    communicator: Option<Communicator<MpiTransport>>,
     threading: Threading,
 }
 
-// SAFETY: `Universe` holds no thread-bound state (an optional attached buffer); it is only
-// touched under the mutex, and dropping it (MPI_Finalize) happens in `finalize` under the mutex.
+// SAFETY: `Universe` holds no thread-bound state (an optional attached buffer), and the
+// communicator's transport is Send (see MpiTransport); both are only touched under the mutex,
+// and dropping the universe (MPI_Finalize) happens in `finalize` under the mutex.
 unsafe impl Send for State {}
 
 static STATE: Mutex<State> = Mutex::new(State {
     universe: None,
-    transport: None,
+    communicator: None,
     threading: Threading::Single,
 });
 
@@ -74,6 +79,7 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
             "MPI has already been finalized in this process; it cannot be started again".into(),
         ));
     }
+    let mut options = options_from_env()?;
     if state.universe.is_none() {
         match mpi::initialize_with_threading(Threading::Multiple) {
             Some((universe, granted)) => {
@@ -83,7 +89,9 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
             None => state.threading = mpi::environment::threading_support(),
         }
     }
-    let replace = matches!(parent, Parent::Fortran(_)) || state.transport.is_none();
+    mpi_library::check_runtime()?;
+    options.host = mpi_library::processor_name();
+    let replace = matches!(parent, Parent::Fortran(_)) || state.communicator.is_none();
     if replace {
         // SAFETY: reading the predefined COMM_WORLD handle, or converting a Fortran handle; the
         // Python layer passes only `py2f()` of a live mpi4py communicator.
@@ -98,17 +106,16 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
                 }
             }
         };
-        if handle == unsafe_comm_null() {
+        // SAFETY: reading a predefined handle constant.
+        if handle == unsafe { ffi::RSMPI_COMM_NULL } {
             return Err(CoreError::InvalidArgument(
                 "the communicator is MPI_COMM_NULL".into(),
             ));
         }
-        let stall = stall_policy()?;
-        CHECK.store(env_flag("RINGLET_CHECK", true)?, Ordering::Relaxed);
-        // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
-        let mut transport = unsafe { MpiTransport::duplicate(handle)? };
-        transport.stall = stall;
-        state.transport = Some(transport);
+        state.communicator = None; // free the old duplicate first
+                                   // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
+        let transport = unsafe { MpiTransport::duplicate(handle)? };
+        state.communicator = Some(Communicator::new(transport, options)?);
         crate::auto::clear(); // its choices were for the previous communicator
     }
     Ok(InitInfo {
@@ -117,32 +124,56 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
     })
 }
 
-fn unsafe_comm_null() -> ffi::MPI_Comm {
-    // SAFETY: reading a predefined handle constant.
-    unsafe { ffi::RSMPI_COMM_NULL }
+/// The communicator's set-up from the environment, checked before MPI starts.
+fn options_from_env() -> Result<Options> {
+    Level::ceiling_from_env()?;
+    Ok(Options {
+        check: env_flag("RINGLET_CHECK", true)?,
+        stall: StallPolicy {
+            warning: env_seconds("RINGLET_STALL_WARNING", Some(60.0))?,
+            timeout: env_seconds("RINGLET_TIMEOUT", None)?,
+        },
+        host: String::new(), // known once MPI runs
+        sink: stderr_sink(),
+    })
 }
 
 pub fn is_initialized() -> bool {
-    state().transport.is_some()
+    state().communicator.is_some()
 }
 
 /// Run `f` with ringlet's communicator; calls from several threads are serialized here.
-pub fn with_transport<R>(f: impl FnOnce(&MpiTransport) -> Result<R>) -> Result<R> {
+pub fn with_communicator<R>(f: impl FnOnce(&Communicator) -> Result<R>) -> Result<R> {
     let state = state();
-    let transport = state.transport.as_ref().ok_or_else(|| {
-        CoreError::Communication("ringlet is not initialized: call ringlet.init() first".into())
-    })?;
-    f(transport)
+    let communicator = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    f(communicator)
 }
 
-/// Whether every collective is checked for agreement first (`RINGLET_CHECK`, default on).
-static CHECK: AtomicBool = AtomicBool::new(true);
+/// Change the communicator's settings.
+pub fn update_settings(change: impl FnOnce(&mut Settings)) -> Result<Settings> {
+    let mut state = state();
+    let communicator = state.communicator.as_mut().ok_or_else(not_initialized)?;
+    let mut settings = communicator.settings();
+    change(&mut settings);
+    communicator.set_settings(settings)?;
+    crate::auto::clear(); // the model's costs depend on the settings
+    Ok(settings)
+}
+
+fn not_initialized() -> CoreError {
+    CoreError::Communication("ringlet is not initialized: call ringlet.init() first".into())
+}
 
 fn env_seconds(name: &str, default: Option<f64>) -> Result<Option<Duration>> {
     let value = match std::env::var(name) {
-        Ok(text) => text.trim().parse::<f64>().map_err(|_| {
-            CoreError::InvalidArgument(format!("{name}={text:?} is not a number of seconds"))
-        })?,
+        Ok(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| {
+                CoreError::InvalidArgument(format!("{name}={text:?} is not a number of seconds"))
+            })?,
         Err(_) => match default {
             Some(seconds) => seconds,
             None => return Ok(None),
@@ -161,14 +192,6 @@ fn env_flag(name: &str, default: bool) -> Result<bool> {
             "{name}={other:?}: expected 1 or 0"
         ))),
     }
-}
-
-/// `RINGLET_STALL_WARNING` (default 60 s) and `RINGLET_TIMEOUT` (default off), in seconds.
-fn stall_policy() -> Result<StallPolicy> {
-    Ok(StallPolicy {
-        warning: env_seconds("RINGLET_STALL_WARNING", Some(60.0))?,
-        timeout: env_seconds("RINGLET_TIMEOUT", None)?,
-    })
 }
 
 static NEXT_CALLER: AtomicU64 = AtomicU64::new(0);
@@ -195,47 +218,10 @@ pub fn caller_thread() -> u64 {
     })
 }
 
-/// Number `call`, and unless `RINGLET_CHECK=0`, make sure every rank is making the same call.
-pub fn agree(transport: &MpiTransport, call: Call) -> Result<()> {
-    let seq = transport.begin(call);
-    if CHECK.load(Ordering::Relaxed) {
-        consistency::agree(transport, seq, &call)?;
-    }
-    Ok(())
-}
-
-/// One allreduce on ringlet's communicator, checked, counted in [`crate::stats`].
-pub fn allreduce(
-    schedule: &'static dyn crate::schedules::Schedule,
-    buf: &mut [u8],
-    dtype: crate::dtype::DType,
-    op: crate::dtype::ReduceOp,
-    thread: u64,
-) -> Result<()> {
-    crate::worker::run_in_order(|| {
-        with_transport(|transport| {
-            let call = Call {
-                kind: Kind::Allreduce,
-                dtype: Some(dtype),
-                op: Some(op),
-                count: (buf.len() / dtype.size()) as u64,
-                algorithm: schedule.name(),
-                root: 0,
-                thread,
-            };
-            agree(transport, call)?;
-            let started = std::time::Instant::now();
-            crate::schedules::allreduce(transport, schedule, buf, dtype, op)?;
-            crate::stats::record(schedule.name(), buf.len(), started.elapsed());
-            Ok(())
-        })
-    })
-}
-
 /// Free ringlet's communicator. MPI itself stays up (it cannot be restarted), so `init` may
 /// be called again.
 pub fn shutdown() {
-    state().transport = None;
+    state().communicator = None;
     crate::auto::clear();
 }
 
@@ -243,7 +229,9 @@ pub fn shutdown() {
 /// Returns whether MPI_Finalize was called.
 pub fn finalize() -> bool {
     let mut state = state();
-    state.transport = None;
+    if let Some(communicator) = state.communicator.take() {
+        communicator.into_transport().release();
+    }
     match state.universe.take() {
         Some(universe) if !mpi::is_finalized() => {
             drop(universe);
@@ -258,13 +246,16 @@ pub fn finalize() -> bool {
     }
 }
 
-/// The MPI library's own description of itself, e.g. "Open MPI v4.1.4, ...".
-pub fn library_version() -> Result<String> {
-    let mut text = vec![0u8; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
-    let mut len = 0;
-    // SAFETY: `text` has room for MPI_MAX_LIBRARY_VERSION_STRING bytes; callable before init.
-    let code = unsafe { ffi::MPI_Get_library_version(text.as_mut_ptr().cast(), &mut len) };
-    check(code, "MPI_Get_library_version")?;
-    text.truncate(len.max(0) as usize);
-    Ok(String::from_utf8_lossy(&text).trim_end().to_string())
+/// End every process of the job now (MPI_Abort on MPI_COMM_WORLD).
+pub fn abort(code: i32) -> ! {
+    crate::transport::mpi::abort(code)
+}
+
+/// The number of processes MPI_COMM_WORLD holds.
+pub(super) fn world_size() -> Result<usize> {
+    let mut size = 0;
+    // SAFETY: MPI is initialized by the caller; `size` is a live local.
+    let code = unsafe { ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size) };
+    check(code, "MPI_Comm_size")?;
+    Ok(size.max(0) as usize)
 }

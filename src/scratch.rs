@@ -1,8 +1,9 @@
-//! Working memory for schedules, counted.
+//! Working memory, counted.
 //!
-//! Every buffer a schedule allocates comes from [`Scratch::new`], which records the bytes in
-//! use per thread (and reuses large buffers from earlier calls). Tests run each rank in its own thread and read [`peak_bytes`] to prove the
-//! bounds the algorithms promise (ring m/N, halving-doubling m/2, recursive doubling a piece).
+//! Every buffer a schedule, a fused group or a probe allocates comes from [`Scratch::new`],
+//! which records the bytes in use per thread (and reuses large buffers from earlier calls).
+//! Tests run each rank in its own thread and read [`peak_bytes`] to prove the bounds the
+//! algorithms promise (ring m/N, halving-doubling m/2, recursive doubling a piece).
 
 use crate::error::{CoreError, Result};
 use std::cell::{Cell, RefCell};

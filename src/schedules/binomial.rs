@@ -1,9 +1,33 @@
 //! Broadcast from `root` along a binomial tree: ⌈log2 N⌉ rounds, each rank receives once from
-//! its parent and sends to its children. Used to share rank 0's selector parameters, and by the
-//! Horovod-style `broadcast`.
+//! its parent and sends to its children.
 
+use super::{Algorithm, Broadcast, Cost, Tuning};
 use crate::error::{CoreError, Result};
 use crate::transport::Transport;
+
+pub struct Binomial;
+
+impl Algorithm for Binomial {
+    fn name(&self) -> &'static str {
+        "binomial"
+    }
+
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        // The root sends the whole vector once per round, ⌈log2 N⌉ rounds.
+        let rounds = ranks.max(1).next_power_of_two().trailing_zeros() as f64;
+        Cost {
+            messages: rounds,
+            bytes: rounds * bytes as f64,
+            reduced: 0.0,
+        }
+    }
+}
+
+impl Broadcast for Binomial {
+    fn run(&self, transport: &dyn Transport, buf: &mut [u8], root: usize) -> Result<()> {
+        broadcast(transport, buf, root)
+    }
+}
 
 pub fn broadcast(transport: &dyn Transport, buf: &mut [u8], root: usize) -> Result<()> {
     let (n, rank) = (transport.size(), transport.rank());

@@ -1,0 +1,202 @@
+"""The collectives besides allreduce: broadcast, allgather, reduce_scatter (and their object
+forms), with the same guarantees as ``allreduce``: a consistency check before any data moves,
+bit-identical results on every rank, clear errors on bad input, the GIL released. Also the
+small helpers that the selector builds on (so that it needs nothing above this module)."""
+
+from __future__ import annotations
+
+import operator
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._arrays import as_array, check_out, fill, native_copy, refused_together
+from ._dtypes import check_op, dtype_name, movable_name
+from ._runtime import init, rank, size
+
+
+def check_algorithm(algorithm: str, collective: str) -> str:
+    """``algorithm`` if it is "auto" or one of ``collective``'s registered algorithms."""
+    accepted = _core.algorithms(collective)
+    if algorithm.__class__ is not str or (algorithm != "auto" and algorithm not in accepted):
+        raise ValueError(
+            f"unknown algorithm {algorithm!r}; accepted: 'auto', "
+            f"{', '.join(map(repr, accepted))}"
+        )
+    return algorithm
+
+
+def _check_root(root: Any) -> int:
+    try:
+        root = operator.index(root)
+    except TypeError:
+        raise TypeError(f"root must be a rank (an int), got {type(root).__name__}") from None
+    if not 0 <= root < size():
+        raise ValueError(f"root {root} is outside the {size()} ranks (0..{size() - 1})")
+    return root
+
+
+class Handle:
+    """A collective in flight. ``done()`` polls; ``wait()`` blocks and returns the result.
+
+    The operation holds its arrays until it completes, even if this handle is dropped; do not
+    read or write them before ``wait()`` returns.
+    """
+
+    __slots__ = ("_finish", "_parts")
+
+    def __init__(self, parts: Sequence[Any], finish: Callable[[], Any]) -> None:
+        self._parts = list(parts)
+        self._finish = finish
+
+    def done(self) -> bool:
+        return all(part.done() for part in self._parts)
+
+    def wait(self) -> Any:
+        for part in self._parts:
+            part.wait()
+        return self._finish()
+
+
+# ---------------------------------------------------------------------------------------------
+# broadcast
+
+
+def _prepare_broadcast(x: Any, root: Any, out: Any, algorithm: str) -> tuple[np.ndarray, str, int]:
+    with refused_together("broadcast"):
+        x = as_array(x, "broadcast")
+        name = movable_name(x.dtype)
+        check_algorithm(algorithm, "broadcast")
+        root = _check_root(root)
+        target = None if out is None else check_out(x, out, "broadcast")
+        return fill(x, target), name, root
+
+
+def broadcast(
+    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto"
+) -> np.ndarray:
+    """``root``'s ``x`` on every rank.
+
+    Every rank passes an array of the same shape and dtype (any fixed-size dtype); the other
+    ranks' values are not used. The result is a new array, or ``out`` (``out=x`` broadcasts in
+    place). ``algorithm`` is "auto" or one of ``ringlet.algorithms("broadcast")``.
+    """
+    result, name, root = _prepare_broadcast(x, root, out, algorithm)
+    _core.broadcast(result, name, root, algorithm)
+    return result
+
+
+def broadcast_async(
+    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto"
+) -> Handle:
+    """Start ``broadcast(x, root, out=out)`` in ringlet's background thread; ``wait()`` returns
+    the result. Operations run in submission order."""
+    result, name, root = _prepare_broadcast(x, root, out, algorithm)
+    return Handle([_core.broadcast_async(result, name, root, algorithm)], lambda: result)
+
+
+def broadcast_bytes(data: bytes, root: int = 0) -> bytes:
+    """``root``'s ``data`` on every rank (the others pass anything): its length, then it."""
+    length = np.array([len(data) if rank() == root else 0], dtype=np.int64)
+    length = broadcast(length, root, out=length)
+    payload = np.zeros(int(length[0]), dtype=np.uint8)
+    if rank() == root:
+        payload[:] = np.frombuffer(data, dtype=np.uint8)
+    return broadcast(payload, root, out=payload).tobytes()
+
+
+def broadcast_object(obj: Any, root: int = 0) -> Any:
+    """``root``'s picklable ``obj`` on every rank (the others' ``obj`` is ignored)."""
+    with refused_together("broadcast", errors=(Exception,)):
+        root = _check_root(root)
+        data = pickle.dumps(obj) if rank() == root else b""
+    return pickle.loads(broadcast_bytes(data, root))
+
+
+# ---------------------------------------------------------------------------------------------
+# allgather
+
+
+def allgather(x: np.ndarray, *, algorithm: str = "auto") -> np.ndarray:
+    """Every rank's ``x``, concatenated along the first axis in rank order.
+
+    The first dimension may differ between ranks; the other dimensions and the dtype must be
+    the same everywhere (else ``MismatchError`` on every rank). A 0-d array counts as one row.
+    """
+    with refused_together("allgather"):
+        x = as_array(x, "allgather")
+        name = movable_name(x.dtype)
+        check_algorithm(algorithm, "allgather")
+        rows = np.ascontiguousarray(x.reshape(1) if x.ndim == 0 else x)
+        if not rows.dtype.isnative:
+            rows = native_copy(rows)
+    init()
+    raw, counts = _core.allgather(rows, name, algorithm)
+    return raw.view(rows.dtype).reshape((sum(counts), *rows.shape[1:]))
+
+
+def allgather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, as a list indexed by rank."""
+    with refused_together("allgather", errors=(Exception,)):
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    sizes = allgather(np.array([len(data)], dtype=np.int64))
+    gathered = allgather(data).tobytes()
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return [pickle.loads(gathered[offsets[r]:offsets[r + 1]]) for r in range(len(sizes))]
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce_scatter
+
+
+def split_rows(rows: int, ranks: int) -> list[int]:
+    """Rows per rank as ``numpy.array_split`` splits them: the first ``rows % ranks`` ranks
+    get one more."""
+    return [rows // ranks + (r < rows % ranks) for r in range(ranks)]
+
+
+def reduce_scatter(
+    x: np.ndarray, op: str = "sum", *, counts: Sequence[int] | None = None,
+    algorithm: str = "auto",
+) -> np.ndarray:
+    """The reduction of ``x`` over all ranks, of which this rank gets its block of rows.
+
+    Every rank passes ``x`` of the same shape and dtype. Rank r's block is rows
+    ``sum(counts[:r]) .. sum(counts[:r+1])`` of axis 0: by default split as
+    ``numpy.array_split`` would split them, or ``counts`` (rows per rank, adding up to
+    ``x.shape[0]``). ``op`` as in ``allreduce``; the result is a new array.
+    """
+    with refused_together("reduce_scatter"):
+        x = as_array(x, "reduce_scatter")
+        name = dtype_name(x.dtype)
+        check_op(op)
+        check_algorithm(algorithm, "reduce_scatter")
+        _core.check_algorithm("reduce_scatter", algorithm, name, op)
+        if x.ndim == 0:
+            raise ValueError("reduce_scatter needs an array of at least one dimension")
+        ranks = size()
+        if counts is None:
+            counts = split_rows(x.shape[0], ranks)
+        counts = [operator.index(c) for c in counts]
+        if any(c < 0 for c in counts):
+            raise ValueError(f"counts must not be negative, got {counts}")
+        array = np.ascontiguousarray(x)
+        if not array.dtype.isnative:
+            array = native_copy(array)
+    raw = _core.reduce_scatter(array, name, op, counts, algorithm)
+    return raw.view(array.dtype).reshape((counts[rank()], *array.shape[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def max_over_ranks(values: np.ndarray) -> np.ndarray:
+    """The element-wise maximum over ranks of a float64 array (a plain ring allreduce)."""
+    init()
+    result = np.array(values, dtype=np.float64, order="C", copy=True)
+    _core.allreduce(result, "float64", "max", "ring")
+    return result

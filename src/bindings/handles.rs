@@ -1,0 +1,99 @@
+//! Queued collectives and their handles. The queued job holds the arrays it works on, so they
+//! stay alive until it has run, even if the handle is dropped.
+
+use super::buffers::{contiguous, element_type};
+use super::errors::detached;
+use crate::dtype::{DType, ReduceOp};
+use crate::runtime::broadcast::broadcast_async as queue_broadcast;
+use crate::runtime::buffer::Buffer;
+use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
+use crate::runtime::process::caller_thread;
+use crate::worker::Completion;
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use std::sync::Arc;
+
+/// A queued collective. `done()` polls; `wait()` blocks (without the GIL) and raises the
+/// collective's error, if any.
+#[pyclass(frozen, module = "ringlet._core")]
+pub struct Handle {
+    completion: Arc<Completion>,
+}
+
+#[pymethods]
+impl Handle {
+    fn done(&self) -> bool {
+        self.completion.is_done()
+    }
+
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let completion = self.completion.clone();
+        detached(py, move || completion.wait())
+    }
+}
+
+/// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into buffers of at most
+/// `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn allreduce_group_async(
+    arrays: Vec<Bound<'_, PyUntypedArray>>,
+    dtype: &str,
+    wire_dtype: &str,
+    op: &str,
+    algorithm: &str,
+    prescale: f64,
+    postscale: f64,
+    fusion_bytes: usize,
+) -> PyResult<Handle> {
+    let mut buffers = Vec::with_capacity(arrays.len());
+    let mut shapes = Vec::with_capacity(arrays.len());
+    for array in &arrays {
+        element_type(array, dtype)?;
+        // SAFETY: the arrays go to the job below, which keeps them alive until it has run.
+        buffers.push(Buffer::of(unsafe { contiguous(array, "allreduce")? }));
+        shapes.push(array.shape().to_vec());
+    }
+    let group = Group {
+        dtype: DType::from_name(dtype)?,
+        wire: DType::from_name(wire_dtype)?,
+        op: ReduceOp::from_name(op)?,
+        algorithm: algorithm.to_string(),
+        prescale,
+        postscale,
+        fusion_bytes,
+        shapes,
+        thread: caller_thread(),
+    };
+    let keepalive: Vec<Py<PyAny>> = arrays.into_iter().map(|a| a.into_any().unbind()).collect();
+    // SAFETY: `keepalive` holds every array until the job ends, and the caller may not touch
+    // them before the handle completes (the documented contract of the async calls).
+    let completion = unsafe { queue_group(buffers, group, Box::new(keepalive))? };
+    Ok(Handle { completion })
+}
+
+/// Queue an in-place broadcast of `array` (of NumPy dtype `dtype`) from `root`.
+#[pyfunction]
+pub fn broadcast_async(
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: &str,
+    root: usize,
+    algorithm: &str,
+) -> PyResult<Handle> {
+    // SAFETY: as in `allreduce_group_async`, for one array.
+    let buffer = Buffer::of(unsafe { contiguous(array, "broadcast")? });
+    let shape = array.shape().to_vec();
+    let keepalive = Box::new(array.clone().into_any().unbind());
+    // SAFETY: as in `allreduce_group_async`.
+    let completion = unsafe {
+        queue_broadcast(
+            buffer,
+            dtype.to_string(),
+            shape,
+            root,
+            algorithm.to_string(),
+            keepalive,
+        )?
+    };
+    Ok(Handle { completion })
+}

@@ -1,0 +1,106 @@
+//! `allgather`: every rank's array, concatenated along the first dimension in rank order. The
+//! first dimension may differ between ranks; the other dimensions and the dtype may not.
+
+use super::call::{Call, Element, Kind, Shape};
+use super::communicator::Communicator;
+use super::{pick, process};
+use crate::error::{CoreError, Result};
+use crate::schedules::{Allgather, ALLGATHER};
+use crate::worker;
+
+/// The gathered array: `bytes` bytes at the start of `storage` (8-byte aligned, for any
+/// dtype), `counts[r]` rows from rank r.
+pub struct Gathered {
+    pub storage: Vec<u64>,
+    pub bytes: usize,
+    pub counts: Vec<usize>,
+}
+
+/// Gather `input` (an array of `dtype`, `itemsize` bytes per element, and `shape`) from every
+/// rank, after any queued work.
+pub fn allgather(
+    input: &[u8],
+    dtype: &str,
+    itemsize: usize,
+    shape: &[usize],
+    algorithm: &str,
+) -> Result<Gathered> {
+    let thread = process::caller_thread();
+    worker::run_in_order(|| {
+        process::with_communicator(|comm| {
+            allgather_on(comm, input, dtype, itemsize, shape, algorithm, thread)
+        })
+    })
+}
+
+pub fn allgather_on(
+    comm: &Communicator,
+    input: &[u8],
+    dtype: &str,
+    itemsize: usize,
+    shape: &[usize],
+    algorithm: &str,
+    thread: u64,
+) -> Result<Gathered> {
+    let chosen = pick(ALLGATHER, algorithm).and_then(|schedule| {
+        check_rows(input, itemsize, shape)?;
+        Ok(schedule)
+    });
+    let call = Call {
+        element: Element::Named(dtype),
+        shape: Shape::Rows(shape),
+        algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+        ..Call::new(Kind::Allgather, thread)
+    };
+    let schedule = match chosen {
+        Ok(schedule) => schedule,
+        Err(error) => return comm.refuse(&call, error),
+    };
+    comm.begin(&call, None)?;
+    let counts = row_counts(comm, schedule, shape[0])?;
+    let row_bytes = itemsize * shape[1..].iter().product::<usize>();
+    let mut blocks = Vec::with_capacity(counts.len());
+    let mut start = 0;
+    for rows in &counts {
+        blocks.push(start..start + rows * row_bytes);
+        start += rows * row_bytes;
+    }
+    let mut storage = vec![0u64; start.div_ceil(8)];
+    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut storage)[..start];
+    bytes[blocks[comm.rank()].clone()].copy_from_slice(input);
+    schedule.run(comm.transport(), bytes, &blocks)?;
+    Ok(Gathered {
+        storage,
+        bytes: start,
+        counts,
+    })
+}
+
+/// Every rank's number of rows, through the same algorithm on 8-byte blocks.
+fn row_counts(comm: &Communicator, schedule: &dyn Allgather, rows: usize) -> Result<Vec<usize>> {
+    let n = comm.size();
+    let mut counts = vec![0u64; n];
+    counts[comm.rank()] = rows as u64;
+    let blocks: Vec<_> = (0..n).map(|r| 8 * r..8 * (r + 1)).collect();
+    schedule.run(
+        comm.transport(),
+        bytemuck::cast_slice_mut(&mut counts),
+        &blocks,
+    )?;
+    Ok(counts.into_iter().map(|c| c as usize).collect())
+}
+
+fn check_rows(input: &[u8], itemsize: usize, shape: &[usize]) -> Result<()> {
+    if shape.is_empty() {
+        return Err(CoreError::InvalidArgument(
+            "allgather needs an array of at least one dimension (the one it concatenates)".into(),
+        ));
+    }
+    if itemsize == 0 || input.len() != itemsize * shape.iter().product::<usize>() {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: {} bytes for shape {shape:?} of {itemsize}-byte elements",
+            input.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! `allreduce`: one array, reduced in place on every rank.
+
+use super::call::{Call, Element, Kind, Shape};
+use super::communicator::Communicator;
+use super::process;
+use crate::auto;
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{CoreError, Result};
+use crate::schedules::{self, Allreduce, Reduction, ALLREDUCE};
+use crate::stats;
+use crate::worker;
+use std::time::Instant;
+
+/// Allreduce `buf` (an array of `shape`) in place on ringlet's communicator, after any queued
+/// work, with `algorithm` ("auto" or a registered name).
+pub fn allreduce(
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    algorithm: &str,
+) -> Result<()> {
+    let thread = process::caller_thread();
+    worker::run_in_order(|| {
+        process::with_communicator(|comm| {
+            allreduce_on(comm, buf, dtype, op, shape, algorithm, thread)
+        })
+    })
+}
+
+/// Validate, agree, run, record.
+pub fn allreduce_on(
+    comm: &Communicator,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    algorithm: &str,
+    thread: u64,
+) -> Result<()> {
+    let chosen = choose(algorithm, dtype, op, buf.len()).and_then(|schedule| {
+        check_array(buf, dtype, shape)?;
+        Ok(schedule)
+    });
+    let call = Call {
+        element: Element::Typed(dtype),
+        op: Some(op),
+        shape: Shape::Array(shape),
+        algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+        ..Call::new(Kind::Allreduce, thread)
+    };
+    let schedule = match chosen {
+        Ok(schedule) => schedule,
+        Err(error) => return comm.refuse(&call, error),
+    };
+    comm.begin(&call, None)?;
+    let started = Instant::now();
+    let reduction = Reduction { dtype, op };
+    let tuning = comm.settings().tuning;
+    schedules::allreduce(comm.transport(), schedule, buf, reduction, &tuning)?;
+    stats::record(schedule.name(), buf.len(), started.elapsed());
+    Ok(())
+}
+
+/// The schedule `algorithm` names ("auto": the decision table's choice for `nbytes`), if it
+/// can reduce `dtype` with `op`.
+pub fn choose(
+    algorithm: &str,
+    dtype: DType,
+    op: ReduceOp,
+    nbytes: usize,
+) -> Result<&'static dyn Allreduce> {
+    let schedule = if algorithm == "auto" {
+        auto::choose(dtype, op, nbytes).ok_or_else(|| {
+            CoreError::InvalidArgument(
+                "internal: \"auto\" has no decision table yet (ringlet.selector builds it)".into(),
+            )
+        })?
+    } else {
+        schedules::find(ALLREDUCE, algorithm)?
+    };
+    schedules::check_support(ALLREDUCE, schedule, dtype, op)?;
+    Ok(schedule)
+}
+
+/// `buf` holds an array of `shape` in whole, aligned `dtype` elements.
+pub(super) fn check_array(buf: &[u8], dtype: DType, shape: &[usize]) -> Result<()> {
+    schedules::check_buffer(buf, dtype)?;
+    let elements: usize = shape.iter().product();
+    if elements * dtype.size() != buf.len() {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: a {} array of shape {shape:?} in {} bytes",
+            dtype.name(),
+            buf.len()
+        )));
+    }
+    Ok(())
+}

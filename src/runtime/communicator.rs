@@ -1,0 +1,187 @@
+//! A communicator as the collectives see it: a transport, and what the runtime keeps per
+//! communicator: the collectives' sequence number, the settings that shape traffic, whether
+//! calls are checked, the stall inspector, and which host each rank runs on.
+//!
+//! Every collective starts with [`Communicator::begin`]: number the call, tell the stall
+//! inspector, and (unless checking is off) agree with the other ranks on it.
+
+use super::call::{Call, Label};
+use super::consistency;
+use super::stall::{Sink, StallInspector, StallPolicy};
+use crate::error::{CoreError, Result};
+use crate::schedules::Tuning;
+use crate::transport::{Transport, DEFAULT_MAX_MESSAGE_BYTES};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Settings that change what goes on the wire; part of every call's fingerprint, so ranks
+/// that set them differently get `MismatchError` instead of a garbled exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub tuning: Tuning,
+    /// Messages above this are split (MPI counts are C ints).
+    pub max_message_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            tuning: Tuning::default(),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+impl Settings {
+    fn words(&self) -> [u64; 2] {
+        [
+            self.tuning.segment_bytes as u64,
+            self.max_message_bytes as u64,
+        ]
+    }
+
+    /// ", with segment_bytes=1024" for the settings that differ from the defaults.
+    fn describe(&self) -> String {
+        let defaults = Settings::default();
+        let mut parts = Vec::new();
+        if self.tuning.segment_bytes != defaults.tuning.segment_bytes {
+            parts.push(format!("segment_bytes={}", self.tuning.segment_bytes));
+        }
+        if self.max_message_bytes != defaults.max_message_bytes {
+            parts.push(format!("max_message_bytes={}", self.max_message_bytes));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(", with {}", parts.join(", "))
+        }
+    }
+}
+
+/// How a communicator is set up.
+pub struct Options {
+    /// Check every call with the other ranks (`RINGLET_CHECK`).
+    pub check: bool,
+    pub stall: StallPolicy,
+    /// This rank's host name (gathered from every rank at construction).
+    pub host: String,
+    /// Where the stall inspector's messages go.
+    pub sink: Sink,
+}
+
+pub struct Communicator<T: ?Sized + Transport = dyn Transport> {
+    sequence: AtomicU64,
+    check: bool,
+    settings: Settings,
+    inspector: Arc<StallInspector>,
+    hosts: Vec<String>,
+    transport: T,
+}
+
+impl<T: Transport> Communicator<T> {
+    /// Set up `transport` as a communicator. Collective: the ranks exchange host names.
+    pub fn new(mut transport: T, options: Options) -> Result<Self> {
+        let inspector = Arc::new(StallInspector::new(
+            options.stall,
+            transport.size(),
+            options.sink,
+        ));
+        transport.set_watcher(inspector.clone());
+        let settings = Settings::default();
+        transport.set_message_limit(settings.max_message_bytes);
+        let hosts = consistency::gather_descriptions(&transport, 0, &options.host)?
+            .into_iter()
+            .map(|(_, host)| host)
+            .collect();
+        Ok(Communicator {
+            sequence: AtomicU64::new(0),
+            check: options.check,
+            settings,
+            inspector,
+            hosts,
+            transport,
+        })
+    }
+
+    pub fn into_transport(self) -> T {
+        self.transport
+    }
+}
+
+impl<T: ?Sized + Transport> Communicator<T> {
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    pub fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    pub fn size(&self) -> usize {
+        self.transport.size()
+    }
+
+    /// Each rank's host name, in rank order.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    pub fn stall_policy(&self) -> StallPolicy {
+        self.inspector.policy()
+    }
+
+    /// Change the settings. Every rank must make the same change before its next collective
+    /// (the next call's check sees to it).
+    pub fn set_settings(&mut self, settings: Settings) -> Result<()> {
+        if settings.tuning.segment_bytes == 0 || settings.max_message_bytes == 0 {
+            return Err(CoreError::InvalidArgument(format!(
+                "segment_bytes and max_message_bytes must be at least 1, got {} and {}",
+                settings.tuning.segment_bytes, settings.max_message_bytes
+            )));
+        }
+        if settings.max_message_bytes > DEFAULT_MAX_MESSAGE_BYTES {
+            return Err(CoreError::InvalidArgument(format!(
+                "max_message_bytes may be at most {DEFAULT_MAX_MESSAGE_BYTES} (MPI's count \
+                 limit), got {}",
+                settings.max_message_bytes
+            )));
+        }
+        self.transport.set_message_limit(settings.max_message_bytes);
+        self.settings = settings;
+        Ok(())
+    }
+}
+
+impl Communicator {
+    /// Start collective `call`: number it, tell the stall inspector, and agree on it with the
+    /// other ranks. A rank that `refused` the call (bad arguments) still takes part, so that
+    /// the ranks stay in step: if every rank refused, each returns `Ok` here (and then its own
+    /// error); otherwise every rank gets `MismatchError` naming who passed what.
+    pub fn begin(&self, call: &Call, refused: Option<&CoreError>) -> Result<u64> {
+        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        self.inspector.enter(Label::of(call, seq));
+        if self.check {
+            let digest = call.digest(refused.is_some(), &self.settings.words());
+            consistency::agree(&self.transport, seq, digest, || {
+                let reason = refused.map(|e| e.to_string());
+                let mut text = call.describe(seq, reason.as_deref());
+                if refused.is_none() {
+                    text += &self.settings.describe();
+                }
+                (call.thread, text)
+            })?;
+        }
+        Ok(seq)
+    }
+
+    /// [`begin`](Self::begin) for a call that this rank refused with `error`: returns `error`
+    /// once the ranks have agreed (or not) on it.
+    pub fn refuse<R>(&self, call: &Call, error: CoreError) -> Result<R> {
+        let _ = self.begin(call, Some(&error));
+        Err(error)
+    }
+}

@@ -1,0 +1,197 @@
+//! The runtime: one function per collective, each owning the whole path of a call: validate
+//! the arguments, describe the call, agree on it with the other ranks, run the algorithm
+//! (after any queued work), record it. The bindings call these and nothing below them.
+//!
+//! Each collective also has an `_on` form that takes the communicator explicitly, which is
+//! how the tests run the runtime on in-process ranks.
+//!
+//! - [`call`]: what a rank is about to do; [`consistency`]: agreeing on it;
+//!   [`stall`]: the stall inspector; [`communicator`]: the per-communicator state.
+//! - [`process`]: MPI initialization, ringlet's communicator, finalization;
+//!   [`mpi_library`]: which MPI this is, and the checks that refuse a mixed one.
+
+pub mod allgather;
+pub mod allreduce;
+pub mod broadcast;
+pub mod buffer;
+pub mod call;
+pub mod communicator;
+pub mod consistency;
+pub mod grouped_allreduce;
+pub mod mpi_library;
+pub mod process;
+pub mod reduce_scatter;
+pub mod stall;
+
+use crate::dtype::{names, DType, ReduceOp};
+use crate::error::{CoreError, Result};
+use crate::kernels::Level;
+use crate::schedules::{self, Algorithm, Cost, Support, Tuning};
+use crate::{probe, worker};
+use call::{Call, Kind};
+use communicator::{Communicator, Settings};
+
+/// The algorithm `name` names in `registry`; "auto" is the first registered.
+fn pick<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
+    match (name, registry.first()) {
+        ("auto", Some(first)) => Ok(*first),
+        _ => schedules::find(registry, name),
+    }
+}
+
+/// Wait until every rank has called it (after any queued work).
+pub fn barrier() -> Result<()> {
+    let thread = process::caller_thread();
+    worker::run_in_order(|| process::with_communicator(|comm| barrier_on(comm, thread)))
+}
+
+pub fn barrier_on(comm: &Communicator, thread: u64) -> Result<()> {
+    comm.begin(&Call::new(Kind::Barrier, thread), None)?;
+    schedules::barrier::barrier(comm.transport())
+}
+
+/// A collective of `kind` that the caller refused before it reached the runtime (bad
+/// arguments): take part in its check anyway, so that the ranks stay in step. The other ranks
+/// get `MismatchError` naming `reason` unless they refused too; the caller raises its own error.
+pub fn refuse(kind: &str, reason: String) -> Result<()> {
+    let kind = Kind::from_name(kind)?;
+    let thread = process::caller_thread();
+    worker::run_in_order(|| {
+        process::with_communicator(|comm| {
+            // The caller raises its own exception; this one only says the same thing.
+            let _ = comm.refuse::<()>(&Call::new(kind, thread), CoreError::InvalidArgument(reason));
+            Ok(())
+        })
+    })
+}
+
+/// The communicator's settings.
+pub fn settings() -> Result<Settings> {
+    process::with_communicator(|comm| Ok(comm.settings()))
+}
+
+/// Rank, size and each rank's host.
+pub fn group() -> Result<(usize, usize, Vec<String>)> {
+    process::with_communicator(|comm| Ok((comm.rank(), comm.size(), comm.hosts().to_vec())))
+}
+
+/// The registered algorithms of a collective ("allreduce", "broadcast", "allgather",
+/// "reduce_scatter").
+fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
+    Ok(match Kind::from_name(collective)? {
+        Kind::Allreduce => schedules::ALLREDUCE.iter().map(|&a| a as _).collect(),
+        Kind::Broadcast => schedules::BROADCAST.iter().map(|&a| a as _).collect(),
+        Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
+        Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
+        Kind::Barrier => {
+            return Err(CoreError::InvalidArgument(
+                "barrier has no algorithms to choose from".into(),
+            ))
+        }
+    })
+}
+
+/// The names of a collective's algorithms, in registry order.
+pub fn algorithms(collective: &str) -> Result<Vec<&'static str>> {
+    Ok(registry(collective)?.iter().map(|a| a.name()).collect())
+}
+
+fn find_algorithm(collective: &str, name: &str) -> Result<&'static dyn Algorithm> {
+    let all = registry(collective)?;
+    all.iter()
+        .copied()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "unknown {collective} algorithm {name:?}; accepted: {}",
+                names(all.iter().map(|a| a.name()))
+            ))
+        })
+}
+
+/// Whether `name` can reduce `dtype` with `op`: ("full" | "own_arithmetic" | "no", reason).
+pub fn support(
+    collective: &str,
+    name: &str,
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(&'static str, &'static str)> {
+    Ok(match find_algorithm(collective, name)?.support(dtype, op) {
+        Support::Full => ("full", ""),
+        Support::OwnArithmetic(reason) => ("own_arithmetic", reason),
+        Support::No(reason) => ("no", reason),
+    })
+}
+
+/// `Err` naming the algorithms that can, unless `name` ("auto" or registered) can reduce
+/// `dtype` with `op`.
+pub fn check_algorithm(collective: &str, name: &str, dtype: DType, op: ReduceOp) -> Result<()> {
+    let all = registry(collective)?;
+    if name == "auto" {
+        return Ok(());
+    }
+    let algorithm = find_algorithm(collective, name)?;
+    schedules::check_support(&all, algorithm, dtype, op)
+}
+
+/// `name`'s cost for `bytes` on `ranks` ranks, with the communicator's settings (the
+/// defaults before `init`).
+pub fn cost(collective: &str, name: &str, ranks: usize, bytes: usize) -> Result<Cost> {
+    let tuning = process::with_communicator(|comm| Ok(comm.settings().tuning))
+        .unwrap_or_else(|_| Tuning::default());
+    Ok(find_algorithm(collective, name)?.cost(ranks.max(1), bytes, &tuning))
+}
+
+/// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.
+pub fn measure_sendrecv(nbytes: usize, repeats: usize) -> Result<f64> {
+    worker::run_in_order(|| {
+        process::with_communicator(|comm| {
+            probe::sendrecv_seconds(comm.transport(), nbytes, repeats)
+        })
+    })
+}
+
+/// Median seconds to combine `nbytes` of `dtype` (sum) in cache. Local.
+pub fn measure_combine(dtype: DType, nbytes: usize, repeats: usize) -> Result<f64> {
+    probe::combine_seconds(dtype, nbytes, repeats)
+}
+
+/// The SIMD level the reduction kernels run at: "generic", "avx2" or "avx512".
+pub fn kernel_level() -> &'static str {
+    Level::active().name()
+}
+
+/// Hooks for tests of the failure paths that correct code never takes.
+pub mod testing {
+    use super::{process, worker};
+    use crate::error::{CoreError, Result};
+
+    /// A real panic: on the caller's thread, or in a queued job on the background thread.
+    pub fn panic(in_background: bool) -> Result<()> {
+        if in_background {
+            let completion = worker::submit(Box::new(|| panic!("a test asked for a panic")))?;
+            return completion.wait();
+        }
+        panic!("a test asked for a panic")
+    }
+
+    /// Rank 0 sends `sent` bytes to rank 1, which expects `expected`: a message of the wrong
+    /// length, which the transport must report. Needs at least 2 ranks; the others do nothing.
+    pub fn wrong_length_message(sent: usize, expected: usize) -> Result<()> {
+        process::with_communicator(|comm| {
+            let transport = comm.transport();
+            if transport.size() < 2 {
+                return Err(CoreError::InvalidArgument("needs at least 2 ranks".into()));
+            }
+            match transport.rank() {
+                0 => transport.isend(&vec![7u8; sent], 1)?.wait(),
+                1 => {
+                    let mut buf = vec![0u8; sent.max(expected)];
+                    let received = transport.irecv_into(&mut buf, expected, 0)?.wait();
+                    received
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+}

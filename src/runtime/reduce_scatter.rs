@@ -1,0 +1,105 @@
+//! `reduce_scatter`: the element-wise reduction of an array that every rank passes (the same
+//! shape everywhere), of which each rank keeps its block of rows.
+
+use super::allreduce::check_array;
+use super::call::{Call, Element, Kind, Shape};
+use super::communicator::Communicator;
+use super::{pick, process};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{CoreError, Result};
+use crate::kernels;
+use crate::schedules::{self, Reduction, REDUCE_SCATTER};
+use crate::worker;
+
+/// This rank's block: `bytes` bytes at the start of `storage` (8-byte aligned).
+pub struct Block {
+    pub storage: Vec<u64>,
+    pub bytes: usize,
+}
+
+/// Reduce `input` (an array of `shape`) over all ranks and keep rows
+/// `counts[..rank].sum() .. counts[..=rank].sum()`, after any queued work.
+pub fn reduce_scatter(
+    input: &[u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    counts: &[usize],
+    algorithm: &str,
+) -> Result<Block> {
+    let thread = process::caller_thread();
+    worker::run_in_order(|| {
+        process::with_communicator(|comm| {
+            reduce_scatter_on(comm, input, dtype, op, shape, counts, algorithm, thread)
+        })
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_scatter_on(
+    comm: &Communicator,
+    input: &[u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    counts: &[usize],
+    algorithm: &str,
+    thread: u64,
+) -> Result<Block> {
+    let chosen = pick(REDUCE_SCATTER, algorithm).and_then(|schedule| {
+        schedules::check_support(REDUCE_SCATTER, schedule, dtype, op)?;
+        check_array(input, dtype, shape)?;
+        check_counts(shape, counts, comm.size())?;
+        Ok(schedule)
+    });
+    let call = Call {
+        element: Element::Typed(dtype),
+        op: Some(op),
+        shape: Shape::Array(shape),
+        counts,
+        algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+        ..Call::new(Kind::ReduceScatter, thread)
+    };
+    let schedule = match chosen {
+        Ok(schedule) => schedule,
+        Err(error) => return comm.refuse(&call, error),
+    };
+    comm.begin(&call, None)?;
+    let row_bytes = dtype.size() * shape[1..].iter().product::<usize>();
+    let mut blocks = Vec::with_capacity(counts.len());
+    let mut start = 0;
+    for rows in counts {
+        blocks.push(start..start + rows * row_bytes);
+        start += rows * row_bytes;
+    }
+    // The input stays as it was: the schedule works on a copy.
+    let mut work = vec![0u64; input.len().div_ceil(8)];
+    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut work)[..input.len()];
+    bytes.copy_from_slice(input);
+    schedule.run(comm.transport(), bytes, &blocks, &Reduction { dtype, op })?;
+    let mine = &mut bytes[blocks[comm.rank()].clone()];
+    if op == ReduceOp::Avg {
+        kernels::divide(dtype, mine, comm.size())?;
+    }
+    let mut storage = vec![0u64; mine.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut storage)[..mine.len()].copy_from_slice(mine);
+    Ok(Block {
+        storage,
+        bytes: mine.len(),
+    })
+}
+
+fn check_counts(shape: &[usize], counts: &[usize], ranks: usize) -> Result<()> {
+    let Some(&rows) = shape.first() else {
+        return Err(CoreError::InvalidArgument(
+            "reduce_scatter needs an array of at least one dimension (the one it splits)".into(),
+        ));
+    };
+    if counts.len() != ranks || counts.iter().sum::<usize>() != rows {
+        return Err(CoreError::InvalidArgument(format!(
+            "counts must give the rows of each of the {ranks} ranks and add up to the {rows} \
+             rows of the array, got {counts:?}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `mpi`: the MPI library's own MPI_Allreduce, so the selector and the benchmarks can weigh
+//! ringlet's schedules against it. Only on the MPI transport, and only for what MPI can reduce
+//! the way ringlet does.
+
+use super::{halving_doubling::HalvingDoubling, recursive_doubling::RecursiveDoubling};
+use super::{Algorithm, Allreduce, Cost, Reduction, Support, Tuning};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{CoreError, Result};
+use crate::transport::mpi::{check, in_place, MpiTransport};
+use crate::transport::{message_pieces, Transport};
+use mpi::ffi;
+use std::ffi::c_int;
+
+pub struct Mpi;
+
+/// Below this many bytes MPI libraries run recursive doubling, above it Rabenseifner's
+/// algorithm (Open MPI's fixed rules for fewer than 8 ranks; MPICH switches at 2 KiB). The
+/// selector's calibration corrects the model for what the library really does.
+const SHORT_MESSAGE_BYTES: usize = 8 << 10;
+
+impl Algorithm for Mpi {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn support(&self, dtype: DType, op: ReduceOp) -> Support {
+        match (dtype, op.combining()) {
+            (DType::F16 | DType::BF16, _) => Support::No("MPI has no 16-bit float type"),
+            (DType::F32 | DType::F64, ReduceOp::Min | ReduceOp::Max) => Support::OwnArithmetic(
+                "MPI_MIN and MPI_MAX do not propagate NaN the way ringlet's kernels do",
+            ),
+            _ => Support::Full,
+        }
+    }
+
+    fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
+        if bytes < SHORT_MESSAGE_BYTES {
+            RecursiveDoubling.cost(ranks, bytes, tuning)
+        } else {
+            HalvingDoubling.cost(ranks, bytes, tuning)
+        }
+    }
+}
+
+impl Allreduce for Mpi {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        let mpi = transport
+            .as_any()
+            .downcast_ref::<MpiTransport>()
+            .ok_or_else(|| {
+                CoreError::InvalidArgument(
+                    "algorithm \"mpi\" needs an MPI communicator, not this transport".into(),
+                )
+            })?;
+        let (dtype, op) = (reduction.dtype, reduction.op);
+        // SAFETY: reading MPI's predefined handles, which are constants after initialization.
+        let (datatype, mpi_op) = unsafe {
+            let datatype = match dtype {
+                DType::F32 => ffi::RSMPI_FLOAT,
+                DType::F64 => ffi::RSMPI_DOUBLE,
+                DType::I32 => ffi::RSMPI_INT32_T,
+                DType::I64 => ffi::RSMPI_INT64_T,
+                DType::F16 | DType::BF16 => {
+                    return Err(CoreError::InvalidArgument(format!(
+                        "algorithm \"mpi\" cannot reduce {}",
+                        dtype.name()
+                    )))
+                }
+            };
+            let mpi_op = match op.combining() {
+                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+                ReduceOp::Prod => ffi::RSMPI_PROD,
+                ReduceOp::Min => ffi::RSMPI_MIN,
+                ReduceOp::Max => ffi::RSMPI_MAX,
+            };
+            (datatype, mpi_op)
+        };
+        let comm = mpi.raw()?;
+        if buf.is_empty() {
+            // Nothing to reduce; an empty slice's dangling pointer can even equal MPI_IN_PLACE.
+            return Ok(());
+        }
+        let elem = dtype.size();
+        for piece in message_pieces(buf.len(), mpi.message_limit(), elem) {
+            let count = (piece.len() / elem) as c_int;
+            // SAFETY: in-place allreduce on `count` elements inside `buf`, which is live and
+            // exclusively borrowed for the call.
+            let code = unsafe {
+                ffi::MPI_Allreduce(
+                    in_place(),
+                    buf[piece].as_mut_ptr().cast(),
+                    count,
+                    datatype,
+                    mpi_op,
+                    comm,
+                )
+            };
+            check(code, "MPI_Allreduce")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,38 @@
+//! Reduce-scatter around the ring: the first phase of [`super::ring`] on its own. N-1 steps,
+//! each rank passing one block to its right neighbour and folding in the block from its left;
+//! blocks may differ in size per rank. Each rank sends (N-1)/N·m for equal blocks, the lower
+//! bound for reduce-scatter; scratch is one block.
+
+use super::{ring, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
+use crate::error::Result;
+use crate::transport::Transport;
+use std::ops::Range;
+
+pub struct RingReduceScatter;
+
+impl Algorithm for RingReduceScatter {
+    fn name(&self) -> &'static str {
+        "ring"
+    }
+
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        let (n, m) = (ranks as f64, bytes as f64);
+        Cost {
+            messages: n - 1.0,
+            bytes: (n - 1.0) / n * m,
+            reduced: (n - 1.0) / n * m,
+        }
+    }
+}
+
+impl ReduceScatter for RingReduceScatter {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        blocks: &[Range<usize>],
+        reduction: &Reduction,
+    ) -> Result<()> {
+        ring::reduce_scatter(transport, buf, blocks, reduction)
+    }
+}

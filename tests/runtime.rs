@@ -1,0 +1,536 @@
+//! The runtime on in-process ranks: every collective's results, the consistency check (every
+//! kind of disagreement, for every collective, at 2, 3 and 5 ranks), refused calls, settings,
+//! and the stall inspector's messages.
+
+use _core::dtype::{DType, ReduceOp};
+use _core::error::CoreError;
+use _core::runtime::allgather::allgather_on;
+use _core::runtime::allreduce::allreduce_on;
+use _core::runtime::barrier_on;
+use _core::runtime::broadcast::{broadcast_on, Array};
+use _core::runtime::communicator::{Communicator, Options, Settings};
+use _core::runtime::grouped_allreduce::{allreduce_group_on, Group};
+use _core::runtime::reduce_scatter::reduce_scatter_on;
+use _core::runtime::stall::{Sink, StallPolicy};
+use _core::transport::local::LocalTransport;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const GROUPS: [usize; 3] = [2, 3, 5];
+
+fn quiet() -> Sink {
+    Arc::new(|_: &str| {})
+}
+
+/// Run `body` on each rank of an `n`-rank in-process group, each rank in its own thread.
+fn on_ranks<R: Send>(
+    n: usize,
+    policy: StallPolicy,
+    sink: Sink,
+    body: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync,
+) -> Vec<R> {
+    let body = &body;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = LocalTransport::group(n)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, transport)| {
+                let sink = sink.clone();
+                scope.spawn(move || {
+                    let options = Options {
+                        check: true,
+                        stall: policy,
+                        host: format!("host{}", rank / 2),
+                        sink,
+                    };
+                    let mut comm = Communicator::new(transport, options).expect("set up");
+                    body(&mut comm)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a rank panicked"))
+            .collect()
+    })
+}
+
+fn on<R: Send>(n: usize, body: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync) -> Vec<R> {
+    on_ranks(n, StallPolicy::default(), quiet(), body)
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice(values).to_vec()
+}
+
+fn f32_values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// An aligned f32 buffer of `values`.
+fn buffer(values: &[f32]) -> Vec<f32> {
+    values.to_vec()
+}
+
+/// A call that every rank makes afterwards: the ranks must still be in step.
+fn in_step(comm: &Communicator) -> bool {
+    let mut x = buffer(&[1.0; 7]);
+    let result = allreduce_on(
+        comm,
+        bytemuck::cast_slice_mut(&mut x),
+        DType::F32,
+        ReduceOp::Sum,
+        &[7],
+        "ring",
+        0,
+    );
+    result.is_ok() && x.iter().all(|&v| v == comm.size() as f32)
+}
+
+#[test]
+fn collectives_give_the_reference_results() {
+    for n in [1, 2, 3, 5] {
+        let results = on(n, |comm| {
+            let rank = comm.rank();
+            // allreduce
+            let mut x: Vec<f32> = (0..10).map(|i| (rank * 10 + i) as f32).collect();
+            let bytes = bytemuck::cast_slice_mut(&mut x);
+            allreduce_on(comm, bytes, DType::F32, ReduceOp::Sum, &[2, 5], "ring", 0).expect("ar");
+            // broadcast from the last rank
+            let mut b = vec![rank as u8; 33];
+            let array = Array {
+                bytes: &mut b,
+                dtype: "uint8",
+                shape: &[33],
+            };
+            broadcast_on(comm, array, n - 1, "auto", 0).expect("broadcast");
+            // allgather: rank r contributes r rows of 3
+            let rows: Vec<f32> = (0..rank * 3).map(|i| (rank * 100 + i) as f32).collect();
+            let gathered =
+                allgather_on(comm, &f32_bytes(&rows), "float32", 4, &[rank, 3], "auto", 0)
+                    .expect("allgather");
+            let gathered_values =
+                f32_values(&bytemuck::cast_slice::<u64, u8>(&gathered.storage)[..gathered.bytes]);
+            // reduce-scatter of 2n+1 rows of 2, split by numpy.array_split's rule
+            let total_rows = 2 * n + 1;
+            let counts: Vec<usize> = (0..n)
+                .map(|r| total_rows / n + usize::from(r < total_rows % n))
+                .collect();
+            let input: Vec<f32> = (0..total_rows * 2).map(|i| (i + rank) as f32).collect();
+            let block = reduce_scatter_on(
+                comm,
+                &f32_bytes(&input),
+                DType::F32,
+                ReduceOp::Sum,
+                &[total_rows, 2],
+                &counts,
+                "auto",
+                0,
+            )
+            .expect("reduce_scatter");
+            let block_values =
+                f32_values(&bytemuck::cast_slice::<u64, u8>(&block.storage)[..block.bytes]);
+            barrier_on(comm, 0).expect("barrier");
+            (x, b, gathered_values, gathered.counts, counts, block_values)
+        });
+        for (rank, (x, b, gathered, counts, split, block)) in results.into_iter().enumerate() {
+            let expected: Vec<f32> = (0..10)
+                .map(|i| (0..n).map(|r| (r * 10 + i) as f32).sum())
+                .collect();
+            assert_eq!(x, expected, "allreduce N={n}");
+            assert!(b.iter().all(|&v| v == (n - 1) as u8), "broadcast N={n}");
+            let rows: Vec<f32> = (0..n)
+                .flat_map(|r| (0..r * 3).map(move |i| (r * 100 + i) as f32))
+                .collect();
+            assert_eq!(gathered, rows, "allgather N={n}");
+            assert_eq!(counts, (0..n).collect::<Vec<_>>());
+            let start: usize = split[..rank].iter().sum::<usize>() * 2;
+            let want: Vec<f32> = (start..start + split[rank] * 2)
+                .map(|i| (0..n).map(|r| (i + r) as f32).sum())
+                .collect();
+            assert_eq!(block, want, "reduce_scatter N={n} rank {rank}");
+        }
+    }
+}
+
+#[test]
+fn a_fused_group_equals_one_allreduce_per_array() {
+    for n in GROUPS {
+        let results = on(n, |comm| {
+            let rank = comm.rank() as f32;
+            let mut a = buffer(&[rank, 1.0, 2.0]);
+            let mut b = buffer(&[rank * 2.0; 5]);
+            let mut c = buffer(&[3.0; 2]);
+            let group = Group {
+                dtype: DType::F32,
+                wire: DType::F32,
+                op: ReduceOp::Avg,
+                algorithm: "ring".into(),
+                prescale: 1.0,
+                postscale: 1.0,
+                fusion_bytes: 24, // a and c fit a buffer only with b apart
+                shapes: vec![vec![3], vec![5], vec![2]],
+                thread: 0,
+            };
+            let mut arrays: Vec<&mut [u8]> = vec![
+                bytemuck::cast_slice_mut(&mut a),
+                bytemuck::cast_slice_mut(&mut b),
+                bytemuck::cast_slice_mut(&mut c),
+            ];
+            allreduce_group_on(comm, &mut arrays, &group).expect("group");
+            (a, b, c)
+        });
+        let mean = (0..n).map(|r| r as f32).sum::<f32>() / n as f32;
+        for (a, b, c) in results {
+            assert_eq!(a, vec![mean, 1.0, 2.0]);
+            assert_eq!(b, vec![2.0 * mean; 5]);
+            assert_eq!(c, vec![3.0; 2]);
+        }
+    }
+}
+
+/// Every rank runs `call(comm, odd)` where `odd` is true on the last rank only; every rank
+/// must get `MismatchError` whose message contains each of `expected`, and stay in step.
+fn every_rank_mismatches(
+    what: &str,
+    expected: &[&str],
+    call: impl Fn(&Communicator, bool) -> Result<(), CoreError> + Sync,
+) {
+    for n in GROUPS {
+        let outcomes = on(n, |comm| {
+            let odd = comm.rank() == comm.size() - 1;
+            let outcome = call(comm, odd);
+            (outcome, in_step(comm))
+        });
+        for (rank, (outcome, in_step)) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Err(CoreError::Mismatch(message)) => {
+                    for part in expected {
+                        assert!(
+                            message.contains(part),
+                            "{what} N={n} rank {rank}: {message}"
+                        );
+                    }
+                    let last = format!("rank {} passed", n - 1);
+                    assert!(message.contains(&last), "{what} N={n}: {message}");
+                }
+                other => panic!("{what} N={n} rank {rank}: expected a mismatch, got {other:?}"),
+            }
+            assert!(in_step, "{what} N={n} rank {rank}: out of step afterwards");
+        }
+    }
+}
+
+fn allreduce_of(
+    comm: &Communicator,
+    shape: &[usize],
+    dtype: DType,
+    op: ReduceOp,
+    algorithm: &str,
+) -> Result<(), CoreError> {
+    let count: usize = shape.iter().product();
+    let mut data = vec![0u64; count];
+    let before = data.clone();
+    let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut data)[..count * dtype.size()];
+    let outcome = allreduce_on(comm, bytes, dtype, op, shape, algorithm, 0);
+    if outcome.is_err() {
+        assert_eq!(data, before, "data changed although the call failed");
+    }
+    outcome
+}
+
+#[test]
+fn allreduce_disagreements_are_mismatches_on_every_rank() {
+    use DType::*;
+    use ReduceOp::*;
+    every_rank_mismatches("shape", &["float32[4, 6]", "float32[4, 2, 3]"], |c, odd| {
+        allreduce_of(c, if odd { &[4, 2, 3] } else { &[4, 6] }, F32, Sum, "ring")
+    });
+    every_rank_mismatches("count", &["float32[1000]", "float32[999]"], |c, odd| {
+        allreduce_of(c, &[1000 - usize::from(odd)], F32, Sum, "ring")
+    });
+    every_rank_mismatches("dtype", &["float32[8]", "float64[8]"], |c, odd| {
+        allreduce_of(c, &[8], if odd { F64 } else { F32 }, Sum, "ring")
+    });
+    every_rank_mismatches("op", &["sum", "max"], |c, odd| {
+        allreduce_of(c, &[8], F32, if odd { Max } else { Sum }, "ring")
+    });
+    every_rank_mismatches(
+        "algorithm",
+        &["(ring)", "(recursive_doubling)"],
+        |c, odd| {
+            allreduce_of(
+                c,
+                &[8],
+                F32,
+                Sum,
+                if odd { "recursive_doubling" } else { "ring" },
+            )
+        },
+    );
+    every_rank_mismatches("order", &["allreduce #", "barrier #"], |c, odd| {
+        if odd {
+            barrier_on(c, 0)
+        } else {
+            allreduce_of(c, &[8], F32, Sum, "ring")
+        }
+    });
+    every_rank_mismatches(
+        "thread",
+        &["thread keyed 0x1", "thread keyed 0x2"],
+        |c, odd| {
+            let mut x = [0u8; 32];
+            allreduce_on(c, &mut x, F32, Sum, &[8], "ring", if odd { 2 } else { 1 })
+        },
+    );
+}
+
+#[test]
+fn a_call_one_rank_refuses_is_a_mismatch_for_the_others_and_its_own_error_for_it() {
+    for n in GROUPS {
+        let outcomes = on(n, |comm| {
+            let refusing = comm.rank() == 0;
+            // "mpi" cannot reduce float16: rank 0 refuses; the others pass a valid call.
+            let algorithm = if refusing { "mpi" } else { "ring" };
+            (
+                allreduce_of(comm, &[8], DType::F16, ReduceOp::Sum, algorithm),
+                in_step(comm),
+            )
+        });
+        for (rank, (outcome, in_step)) in outcomes.into_iter().enumerate() {
+            match (rank, outcome) {
+                (0, Err(CoreError::InvalidArgument(message))) => {
+                    assert!(
+                        message.contains("MPI has no 16-bit float type"),
+                        "{message}"
+                    )
+                }
+                (_, Err(CoreError::Mismatch(message))) => {
+                    assert!(
+                        message.contains("rank 0 passed allreduce #0, which it refused"),
+                        "{message}"
+                    );
+                    assert!(message.contains("float16[8] sum (ring)"), "{message}");
+                }
+                (rank, other) => panic!("N={n} rank {rank}: {other:?}"),
+            }
+            assert!(in_step, "N={n} rank {rank}");
+        }
+        // When every rank refuses, each raises its own error, and nothing is out of step.
+        let outcomes = on(n, |comm| {
+            let refused = allreduce_of(comm, &[8], DType::F16, ReduceOp::Sum, "mpi");
+            (refused, in_step(comm))
+        });
+        for (outcome, in_step) in outcomes {
+            assert!(
+                matches!(outcome, Err(CoreError::InvalidArgument(_))),
+                "{outcome:?}"
+            );
+            assert!(in_step);
+        }
+    }
+}
+
+#[test]
+fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
+    every_rank_mismatches("broadcast shape", &["uint8[4]", "uint8[5]"], |c, odd| {
+        let mut b = vec![0u8; 4 + usize::from(odd)];
+        let shape = [b.len()];
+        broadcast_on(
+            c,
+            Array {
+                bytes: &mut b,
+                dtype: "uint8",
+                shape: &shape,
+            },
+            0,
+            "auto",
+            0,
+        )
+    });
+    every_rank_mismatches("broadcast dtype", &["uint8[4]", "int8[4]"], |c, odd| {
+        let mut b = vec![0u8; 4];
+        let dtype = if odd { "int8" } else { "uint8" };
+        broadcast_on(
+            c,
+            Array {
+                bytes: &mut b,
+                dtype,
+                shape: &[4],
+            },
+            0,
+            "auto",
+            0,
+        )
+    });
+    every_rank_mismatches(
+        "broadcast root",
+        &["from root 0", "from root 1"],
+        |c, odd| {
+            let mut b = vec![0u8; 4];
+            broadcast_on(
+                c,
+                Array {
+                    bytes: &mut b,
+                    dtype: "uint8",
+                    shape: &[4],
+                },
+                usize::from(odd),
+                "auto",
+                0,
+            )
+        },
+    );
+    every_rank_mismatches(
+        "allgather trailing",
+        &["float32[2, 3]", "float32[2, 4]"],
+        |c, odd| {
+            let cols = 3 + usize::from(odd);
+            let input = vec![0u8; 2 * cols * 4];
+            allgather_on(c, &input, "float32", 4, &[2, cols], "auto", 0).map(|_| ())
+        },
+    );
+    every_rank_mismatches(
+        "allgather dtype",
+        &["float32[2, 3]", "int32[2, 3]"],
+        |c, odd| {
+            let input = vec![0u8; 24];
+            let dtype = if odd { "int32" } else { "float32" };
+            allgather_on(c, &input, dtype, 4, &[2, 3], "auto", 0).map(|_| ())
+        },
+    );
+    every_rank_mismatches("reduce_scatter op", &["sum", "max"], |c, odd| {
+        let n = c.size();
+        let input = vec![0u8; 4 * n];
+        let op = if odd { ReduceOp::Max } else { ReduceOp::Sum };
+        let counts = vec![1; n];
+        reduce_scatter_on(c, &input, DType::F32, op, &[n], &counts, "auto", 0).map(|_| ())
+    });
+    every_rank_mismatches("reduce_scatter counts", &["into rows"], |c, odd| {
+        let n = c.size();
+        let input = vec![0u8; 4 * 2 * n];
+        let mut counts = vec![2; n];
+        if odd {
+            counts[0] = 3;
+            counts[n - 1] = 1;
+        }
+        reduce_scatter_on(
+            c,
+            &input,
+            DType::F32,
+            ReduceOp::Sum,
+            &[2 * n],
+            &counts,
+            "auto",
+            0,
+        )
+        .map(|_| ())
+    });
+    every_rank_mismatches("group shapes", &["[3], [5]", "[3], [4]"], |c, odd| {
+        let mut a = [0f32; 3];
+        let mut b = [0f32; 5];
+        let second = if odd { 4 } else { 5 };
+        let group = Group {
+            dtype: DType::F32,
+            wire: DType::F32,
+            op: ReduceOp::Sum,
+            algorithm: "ring".into(),
+            prescale: 1.0,
+            postscale: 1.0,
+            fusion_bytes: 1 << 20,
+            shapes: vec![vec![3], vec![second]],
+            thread: 0,
+        };
+        let mut arrays: Vec<&mut [u8]> = vec![
+            bytemuck::cast_slice_mut(&mut a),
+            &mut bytemuck::cast_slice_mut(&mut b)[..second * 4],
+        ];
+        allreduce_group_on(c, &mut arrays, &group)
+    });
+}
+
+#[test]
+fn settings_are_part_of_every_call() {
+    for n in GROUPS {
+        let outcomes = on(n, |comm| {
+            if comm.rank() == n - 1 {
+                let mut settings = comm.settings();
+                settings.tuning.segment_bytes = 1024;
+                comm.set_settings(settings).expect("valid settings");
+            }
+            allreduce_of(comm, &[8], DType::F32, ReduceOp::Sum, "pipelined_ring")
+        });
+        for outcome in outcomes {
+            match outcome {
+                Err(CoreError::Mismatch(message)) => {
+                    assert!(message.contains(", with segment_bytes=1024"), "{message}")
+                }
+                other => panic!("N={n}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_stall_inspector_names_who_waits_for_whom_and_who_has_not_joined() {
+    let messages: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink: Sink = {
+        let messages = messages.clone();
+        Arc::new(move |m: &str| messages.lock().expect("lock").push(m.to_string()))
+    };
+    let policy = StallPolicy {
+        warning: Some(Duration::from_millis(300)),
+        timeout: None,
+    };
+    let results = on_ranks(3, policy, sink, |comm| {
+        if comm.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(1500)); // late to the collective
+        }
+        let mut x = buffer(&[1.0; 4]);
+        let bytes = bytemuck::cast_slice_mut(&mut x);
+        allreduce_on(comm, bytes, DType::F32, ReduceOp::Sum, &[4], "ring", 0).expect("joins");
+        x
+    });
+    assert!(
+        results.iter().all(|x| x == &vec![3.0; 4]),
+        "the late rank still takes part"
+    );
+    let messages = messages.lock().expect("lock").clone();
+    let waited = |rank: usize| {
+        messages.iter().any(|m| {
+            m.starts_with(&format!("ringlet: rank {rank} has waited"))
+                && m.contains("in allreduce #0 of float32[4] sum (ring) for rank")
+                && m.contains("RINGLET_STALL_WARNING=0.3")
+        })
+    };
+    assert!(waited(0) && waited(1), "{messages:#?}");
+    assert!(
+        messages.iter().any(|m| m
+            .starts_with("ringlet: allreduce #0 of float32[4] sum (ring) has waited")
+            && m.contains("rank(s) 2 have not joined it")),
+        "{messages:#?}"
+    );
+}
+
+#[test]
+fn hosts_are_gathered_in_rank_order() {
+    let hosts = on(5, |comm| comm.hosts().to_vec());
+    for list in hosts {
+        assert_eq!(list, ["host0", "host0", "host1", "host1", "host2"]);
+    }
+}
+
+#[test]
+fn settings_are_checked() {
+    let results = on(1, |comm| {
+        let bad = Settings {
+            max_message_bytes: 0,
+            ..comm.settings()
+        };
+        comm.set_settings(bad)
+    });
+    assert!(matches!(results[0], Err(CoreError::InvalidArgument(_))));
+}
