@@ -1,16 +1,25 @@
 """Run the Python test suite under mpirun at several rank counts and total every rank's results.
 
-    python tests/run_mpi_suite.py [--sizes 1 2 3 4 5 8] [pytest args...]
+    python tests/run_mpi_suite.py [--sizes 1 2 3 4 5 8] [--launcher mpirun.mpich]
+                                  [--timeout 900] [--plain tests/failures ...] [pytest args...]
 
-More ranks than cores is fine (Open MPI oversubscribes with the environment the Makefile sets).
-Exits non-zero if any rank of any run failed; ends with one line "N passed, N failed".
+The launcher is --launcher, else $RINGLET_MPIRUN, else `mpirun`: Open MPI's or MPICH's (Hydra).
+Open MPI-only options go to Open MPI alone; the time limit of each run is enforced here (the
+whole process group is killed), so it holds under any launcher. The tests that launch jobs
+themselves (--plain) run `mpirun`: when the launcher is another one, a directory where `mpirun`
+and `mpiexec` mean the launcher comes first on their PATH.
+More ranks than cores is fine (Open MPI oversubscribes with the environment the Makefile sets;
+Hydra always does). Exits non-zero if any rank of any run failed; ends with one line
+"N passed, N failed".
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +28,78 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_SECONDS = 900  # a hung run ends instead of stalling CI
+KILL_GRACE_SECONDS = 10  # between SIGTERM and SIGKILL to the run's process group
+
+
+class Launcher:
+    """An MPI launcher: its command, its flavor, and the PATH under which it is `mpirun`."""
+
+    def __init__(self, command: str):
+        path = shutil.which(command)
+        if path is None:
+            sys.exit(f"run_mpi_suite: launcher {command!r} not found on PATH")
+        self.command = command
+        self.path = path
+        self.flavor = self._flavor()
+        self.environment = dict(os.environ)
+        if os.path.realpath(shutil.which("mpirun") or "") != os.path.realpath(path):
+            # Jobs the tests start with `mpirun` must use this launcher too.
+            bin_dir = ROOT / "build" / "test-launchers" / Path(command).name / "bin"
+            bin_dir.mkdir(parents=True, exist_ok=True)
+            for name in ("mpirun", "mpiexec"):
+                # A script, not a symlink: Hydra finds hydra_pmi_proxy beside its argv[0].
+                script = bin_dir / name
+                script.unlink(missing_ok=True)
+                script.write_text(f'#!/bin/sh\nexec {shlex.quote(path)} "$@"\n')
+                script.chmod(0o755)
+            self.environment["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+    def _flavor(self) -> str:
+        try:
+            output = subprocess.run([self.path, "--version"], capture_output=True, text=True,
+                                    stdin=subprocess.DEVNULL, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+        text = output.stdout + output.stderr
+        if "Open MPI" in text or "OpenRTE" in text:
+            return "openmpi"
+        if "HYDRA" in text or "MPICH" in text:
+            return "mpich"
+        return "unknown"
+
+    def command_line(self, size: int, timeout: float) -> list[str]:
+        extra = ["--timeout", str(int(timeout))] if self.flavor == "openmpi" else []
+        return [self.command, *extra, "-n", str(size)]
+
+
+def kill_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def call(command: list[str], env: dict[str, str], timeout: float) -> int:
+    """Run `command` in its own process group; past `timeout` seconds, kill the whole group
+    (launcher, proxies and ranks) and return 124, as timeout(1) does."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"\n*** still running after {timeout:.0f} s: killing {' '.join(command[:4])} ...",
+              flush=True)
+        kill_group(process, signal.SIGTERM)  # lets mpirun take its ranks down and say so
+        try:
+            process.wait(timeout=KILL_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(process, signal.SIGKILL)  # and whatever is left of the group
+        process.wait()
+        return 124
+    except KeyboardInterrupt:
+        kill_group(process, signal.SIGKILL)
+        process.wait()
+        raise
 
 
 def count(report: Path) -> tuple[int, int, int]:
@@ -36,25 +117,27 @@ def count(report: Path) -> tuple[int, int, int]:
 TORCH_MAX_RANKS = 4
 
 
-def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
-    reports = ROOT / "build" / "test-reports" / f"n{size}"
+def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
+        reports_root: Path, cache: Path) -> tuple[int, int, int]:
+    reports = reports_root / f"n{size}"
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir(parents=True)
     if size > TORCH_MAX_RANKS:
         pytest_args = [*pytest_args, "--ignore", str(ROOT / "tests/python/test_hvd_torch.py")]
     command = [
-        "mpirun", "--timeout", str(TIMEOUT_SECONDS), "-n", str(size),
+        # Open MPI's own --timeout (with its report) comes first; ours is the backstop.
+        *launcher.command_line(size, timeout),
         sys.executable, str(ROOT / "tests" / "mpi_pytest.py"), *pytest_args,
     ]
     print(f"\n=== {size} rank{'s' if size > 1 else ''}: {' '.join(command)}", flush=True)
     started = time.monotonic()
     # One calibration per rank count, shared by that run's tests, never the user's cache.
     environment = {
-        **os.environ,
+        **launcher.environment,
         "RINGLET_TEST_REPORTS": str(reports),
-        "RINGLET_CACHE_DIR": str(ROOT / "build" / "test-cache"),
+        "RINGLET_CACHE_DIR": str(cache),
     }
-    code = subprocess.call(command, cwd=ROOT, env=environment)
+    code = call(command, environment, timeout + 2 * KILL_GRACE_SECONDS)
     passed = failed = skipped = 0
     for rank in range(size):
         report = reports / f"rank{rank}.xml"
@@ -66,22 +149,28 @@ def run(size: int, pytest_args: list[str]) -> tuple[int, int, int]:
         passed, failed, skipped = passed + p, failed + f, skipped + s
         if f and rank != 0 and (reports / f"rank{rank}.log").exists():
             print(f"--- rank {rank} output ---\n{(reports / f'rank{rank}.log').read_text()}")
-    if code != 0 and failed == 0:
-        print(f"mpirun exited with {code} although every report passed")
+    if code == 124:
+        print(f"the run was killed after {timeout:.0f} s")
+        failed += 1
+    elif code != 0 and failed == 0:
+        print(f"{launcher.command} exited with {code} although every report passed")
         failed += 1
     print(f"=== {size} ranks: {passed} passed, {failed} failed, {skipped} skipped "
           f"(all ranks) in {time.monotonic() - started:.1f} s", flush=True)
     return passed, failed, skipped
 
 
-def run_plain(path: str) -> tuple[int, int, int]:
-    """Tests that launch mpirun jobs themselves (failure handling): one ordinary process."""
-    report = ROOT / "build" / "test-reports" / "plain.xml"
+def run_plain(launcher: Launcher, path: str, timeout: float,
+              reports_root: Path) -> tuple[int, int, int]:
+    """Tests that launch mpirun jobs themselves (failure handling), or none (tooling): one
+    ordinary process."""
+    report = reports_root / f"plain-{path.strip('/').replace('/', '-')}.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
+    report.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider",
                f"--junitxml={report}", path]
-    print(f"\n=== jobs launched by the tests: {' '.join(command)}", flush=True)
-    code = subprocess.call(command, cwd=ROOT)
+    print(f"\n=== tests run by one process: {' '.join(command)}", flush=True)
+    code = call(command, launcher.environment, timeout)
     passed, failed, skipped = count(report) if report.exists() else (0, 1, 0)
     if code != 0 and failed == 0:
         failed = 1
@@ -90,18 +179,31 @@ def run_plain(path: str) -> tuple[int, int, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 2, 3, 4, 5, 8],
+                        help="rank counts (none: only the --plain tests)")
     parser.add_argument("--plain", nargs="*", default=[],
                         help="test paths run by one ordinary pytest process (they launch jobs)")
+    parser.add_argument("--launcher", default=os.environ.get("RINGLET_MPIRUN") or "mpirun",
+                        help="the MPI launcher (default: $RINGLET_MPIRUN, else mpirun)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS,
+                        help="seconds each run may take before it is killed")
     args, pytest_args = parser.parse_known_args()
-    shutil.rmtree(ROOT / "build" / "test-cache", ignore_errors=True)
-    totals = [run_plain(path) for path in args.plain]
-    totals += [run(size, pytest_args or ["-q", "tests/python"]) for size in args.sizes]
+    launcher = Launcher(args.launcher)
+    # Reports and calibration cache per launcher: runs under two MPIs never mix them.
+    label = Path(args.launcher).name
+    reports_root = ROOT / "build" / "test-reports" / label
+    cache = ROOT / "build" / "test-cache" / label
+    shutil.rmtree(cache, ignore_errors=True)
+    print(f"launcher: {launcher.path} ({launcher.flavor})", flush=True)
+    totals = [run_plain(launcher, path, args.timeout, reports_root) for path in args.plain]
+    totals += [run(launcher, size, pytest_args or ["-q", "tests/python"], args.timeout,
+                   reports_root, cache)
+               for size in args.sizes]
     passed = sum(t[0] for t in totals)
     failed = sum(t[1] for t in totals)
     skipped = sum(t[2] for t in totals)
-    print(f"\nMPI suite over sizes {args.sizes} (every rank counted) and {args.plain or 'no'} "
-          "job-launching tests:")
+    print(f"\nMPI suite under {args.launcher} over sizes {args.sizes} (every rank counted) and "
+          f"{args.plain or 'no'} single-process tests:")
     print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 

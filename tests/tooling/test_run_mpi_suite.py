@@ -1,0 +1,166 @@
+"""tests/run_mpi_suite.py: launchers of either MPI, and the time limit it enforces itself.
+
+Ordinary pytest, not under mpirun (the real-launcher tests start small jobs themselves).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("run_mpi_suite", ROOT / "tests" / "run_mpi_suite.py")
+assert _spec is not None and _spec.loader is not None
+suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(suite)
+
+OPENMPI_VERSION = "mpirun (Open MPI) 4.1.4"
+HYDRA_VERSION = "HYDRA build details:\n    Version:                                 4.0.2"
+
+
+def fake_launcher(directory: Path, name: str, version: str) -> Path:
+    path = directory / name
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && printf '%s\\n' '{version}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list[int], seconds: float = 10) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.fixture
+def launchers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH with Open MPI's `mpirun` and MPICH's `mpirun.mpich` (fakes); the suite's ROOT
+    moved to tmp_path."""
+    bin_dir = tmp_path / "bin"
+    fake_launcher(bin_dir, "mpirun", OPENMPI_VERSION)
+    fake_launcher(bin_dir, "mpirun.openmpi", OPENMPI_VERSION.replace("mpirun", "mpirun.openmpi"))
+    fake_launcher(bin_dir, "mpirun.mpich", HYDRA_VERSION)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    return bin_dir
+
+
+def test_open_mpi_gets_its_own_timeout_option(launchers: Path):
+    launcher = suite.Launcher("mpirun")
+    assert launcher.flavor == "openmpi"
+    assert launcher.command_line(4, 900) == ["mpirun", "--timeout", "900", "-n", "4"]
+    assert launcher.environment["PATH"] == str(launchers)  # mpirun is this launcher already
+
+
+def test_hydra_gets_no_open_mpi_options(launchers: Path, tmp_path: Path):
+    launcher = suite.Launcher("mpirun.mpich")
+    assert launcher.flavor == "mpich"
+    assert launcher.command_line(3, 900) == ["mpirun.mpich", "-n", "3"]
+    # Jobs the tests launch with `mpirun` (tests/failures) get MPICH's launcher too.
+    first = launcher.environment["PATH"].split(os.pathsep)[0]
+    for name in ("mpirun", "mpiexec"):
+        script = Path(first) / name
+        assert str(launchers / "mpirun.mpich") in script.read_text()
+        answer = subprocess.run([str(script), "--version"], capture_output=True, text=True)
+        assert answer.stdout.startswith("HYDRA build details:")
+    assert first.startswith(str(tmp_path / "build" / "test-launchers"))
+
+
+def test_open_mpi_under_another_name_is_still_open_mpi(launchers: Path):
+    launcher = suite.Launcher("mpirun.openmpi")
+    assert launcher.command_line(2, 60) == ["mpirun.openmpi", "--timeout", "60", "-n", "2"]
+
+
+def test_launcher_from_the_environment(launchers: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("RINGLET_MPIRUN", "mpirun.mpich")
+    seen = []
+    monkeypatch.setattr(suite, "run_plain", lambda launcher, *args: seen.append(launcher) or
+                        (1, 0, 0))
+    monkeypatch.setattr(sys, "argv", ["run_mpi_suite.py", "--sizes", "--plain", "x"])
+    assert suite.main() == 0
+    assert [launcher.command for launcher in seen] == ["mpirun.mpich"]
+
+
+def test_a_missing_launcher_is_an_error(launchers: Path):
+    with pytest.raises(SystemExit, match=r"mpiexec\.nowhere"):
+        suite.Launcher("mpiexec.nowhere")
+
+
+def test_the_time_limit_kills_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(suite, "KILL_GRACE_SECONDS", 1)
+    pids = tmp_path / "pids"
+    # A background child, and a foreground one that ignores SIGTERM: SIGKILL must follow.
+    script = f"sleep 300 & echo $! >> {pids}; (trap '' TERM; sleep 300) & echo $! >> {pids}; wait"
+    started = time.monotonic()
+    code = suite.call(["/bin/sh", "-c", script], dict(os.environ), timeout=1)
+    assert code == 124
+    assert time.monotonic() - started < 10
+    children = [int(pid) for pid in pids.read_text().split()]
+    assert len(children) == 2
+    assert wait_gone(children) == []
+
+
+def test_a_run_within_the_limit_returns_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    assert suite.call(["/bin/sh", "-c", "exit 3"], dict(os.environ), timeout=30) == 3
+
+
+@pytest.mark.parametrize("name", ["mpirun.openmpi", "mpirun.mpich"])
+def test_real_launchers_jobs_are_killed_at_the_limit(name: str, tmp_path: Path):
+    """A hung 2-rank job under the real launcher ends at the limit, ranks and all."""
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} is not installed")
+    launcher = suite.Launcher(name)
+    assert launcher.flavor == name.split(".")[1]
+    pids = tmp_path / "pids"
+    rank = (f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); "
+            "time.sleep(300)")
+    env = {**launcher.environment, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    # The launcher's own --timeout (Open MPI) is longer than ours here: ours must do it.
+    command = [*launcher.command_line(2, 600), sys.executable, "-c", rank]
+    started = time.monotonic()
+    code = suite.call(command, env, timeout=8)
+    assert code == 124
+    assert time.monotonic() - started < 8 + 2 * suite.KILL_GRACE_SECONDS + 5
+    ranks = [int(pid) for pid in pids.read_text().split()]
+    assert len(ranks) == 2, "both ranks started within the limit"
+    assert wait_gone(ranks) == []
+
+
+@pytest.mark.parametrize("name", ["mpirun.openmpi", "mpirun.mpich"])
+def test_jobs_the_tests_launch_use_the_launcher(name: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch):
+    """`mpirun -n 2` on the PATH the suite gives the tests starts a 2-rank job of that MPI."""
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} is not installed")
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    launcher = suite.Launcher(name)
+    env = {**launcher.environment, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    show = ("import os; print(os.environ.get('OMPI_COMM_WORLD_SIZE') or "
+            "os.environ.get('PMI_SIZE'), 'Open MPI' if 'OMPI_COMM_WORLD_SIZE' in os.environ "
+            "else 'MPICH')")
+    job = subprocess.run(["mpirun", "-n", "2", sys.executable, "-c", show], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr
+    flavor = "Open MPI" if launcher.flavor == "openmpi" else "MPICH"
+    assert job.stdout.splitlines() == [f"2 {flavor}"] * 2, job.stdout + job.stderr
