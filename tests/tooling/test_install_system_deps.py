@@ -446,3 +446,62 @@ def test_fakes_match_the_real_tools(name: str, responses: dict[str, tuple[int, s
             assert output.split()[-1] == expected.split()[-1], (argument, output)
         else:
             assert normalized(expected, name).splitlines()[0] in output, (argument, output)
+
+
+# --- installing: MPICH beside the default MPI ------------------------------------------------
+
+FAKE_APT_GET = """#!/bin/sh
+printf '%s\\n' "apt-get $*" >>"$FAKE_LOG"
+[ "$1" = install ] || exit 0
+# The packages bring mpicc.mpich and mpirun.mpich; a package may also switch the alternatives
+# to itself (FAKE_APT_SWITCHES=1), which the script must undo.
+for tool in mpicc.mpich mpirun.mpich; do
+    printf '#!/bin/sh\\necho "MPICH version 4.0.2"\\n' >"$FAKE_BIN/$tool"
+    chmod +x "$FAKE_BIN/$tool"
+done
+if [ "${FAKE_APT_SWITCHES:-0}" = 1 ]; then
+    printf '%s\\n' /usr/bin/mpicc.mpich >"$FAKE_STATE/mpi"
+    printf '%s\\n' /usr/bin/mpirun.mpich >"$FAKE_STATE/mpirun"
+fi
+"""
+FAKE_UPDATE_ALTERNATIVES = """#!/bin/sh
+case "$1" in
+    --query) read -r value <"$FAKE_STATE/$2"; printf 'Name: %s\\nValue: %s\\n' "$2" "$value" ;;
+    --set) printf '%s\\n' "$3" >"$FAKE_STATE/$2"
+        printf '%s\\n' "update-alternatives --set $2 $3" >>"$FAKE_LOG" ;;
+    *) exit 2 ;;
+esac
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the script installs only as root")
+@pytest.mark.parametrize("switches", [False, True])
+def test_installing_mpich_keeps_the_default_mpi(machine: Machine, tmp_path: Path,
+                                                switches: bool):
+    """With apt-get and update-alternatives faked: MPICH is installed, and Debian's `mpi` and
+    `mpirun` alternatives point where they pointed before, even if a package switched them."""
+    machine.libclang()
+    machine.openmpi()
+    state = tmp_path / "alternatives"
+    state.mkdir()
+    (state / "mpi").write_text("/usr/bin/mpicc.openmpi\n")
+    (state / "mpirun").write_text("/usr/bin/mpirun.openmpi\n")
+    log = tmp_path / "commands.log"
+    fakes = {"apt-get": FAKE_APT_GET, "update-alternatives": FAKE_UPDATE_ALTERNATIVES}
+    for name, text in fakes.items():
+        (machine.bin / name).write_text(text)
+        (machine.bin / name).chmod(0o755)
+    for name in ("sed", "chmod"):  # the install step (not the detection) may use these
+        (machine.bin / name).symlink_to(shutil.which(name) or f"/bin/{name}")
+    result = machine.run("--mpich", check=False, FAKE_LOG=str(log), FAKE_STATE=str(state),
+                         FAKE_BIN=str(machine.bin), FAKE_APT_SWITCHES=str(int(switches)))
+    assert result.code == 0, result
+    assert "Installing libmpich-dev mpich with apt-get" in result.stdout
+    commands = log.read_text().splitlines()
+    assert commands[:2] == ["apt-get update -qq", "apt-get install -y -qq libmpich-dev mpich"]
+    restored = ["update-alternatives --set mpi /usr/bin/mpicc.openmpi",
+                "update-alternatives --set mpirun /usr/bin/mpirun.openmpi"]
+    assert commands[2:] == (restored if switches else [])
+    assert (state / "mpi").read_text() == "/usr/bin/mpicc.openmpi\n"
+    assert (state / "mpirun").read_text() == "/usr/bin/mpirun.openmpi\n"
+    assert_found(machine.run("--mpich"))
