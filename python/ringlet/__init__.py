@@ -45,6 +45,7 @@ from ._runtime import (
     thread_level,
     topology,
 )
+from ._version import __version__ as __version__
 from .selector import ALGORITHMS, calibrate, explain
 
 __all__ = [
@@ -85,8 +86,6 @@ __all__ = [
     "thread_level",
     "topology",
 ]
-
-__version__ = "0.1.0"
 
 
 def algorithms(

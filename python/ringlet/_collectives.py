@@ -68,11 +68,12 @@ class Handle:
 def _prepare_broadcast(x: Any, root: Any, out: Any, algorithm: str) -> tuple[np.ndarray, str, int]:
     with refused_together("broadcast"):
         x = as_array(x, "broadcast")
-        name = movable_name(x.dtype)
+        movable_name(x.dtype)
         check_algorithm(algorithm, "broadcast")
         root = _check_root(root)
         target = None if out is None else check_out(x, out, "broadcast")
-        return fill(x, target), name, root
+    result = fill(x, target)
+    return result, movable_name(result.dtype), root
 
 
 def broadcast(

@@ -270,7 +270,7 @@ def cache_dir() -> Path:
 
 def calibration_key() -> dict[str, Any]:
     """What a calibration depends on (local: the hosts are known since ``init``)."""
-    from . import __version__
+    from ._version import __version__
 
     _, size, hosts = _core.group()
     return {

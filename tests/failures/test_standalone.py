@@ -40,3 +40,43 @@ def test_ringlet_finalizes_mpi_only_when_it_initialized_it():
     )
     assert theirs.returncode == 0, theirs.stderr
     assert theirs.stdout.split() == ["False", "False", "1"]
+
+
+def test_ringlet_kernels_caps_the_simd_level_and_an_unknown_level_is_refused():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM", "PMIX_"))}
+    code = "import ringlet; ringlet.init(); print(ringlet._core.kernel_level())"
+    capped = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True,
+                            capture_output=True, timeout=120,
+                            env={**env, "RINGLET_KERNELS": "generic"})
+    assert capped.returncode == 0, capped.stderr
+    assert capped.stdout.strip() == "generic"
+    bad = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True,
+                         capture_output=True, timeout=120,
+                         env={**env, "RINGLET_KERNELS": "avx9000"})
+    assert bad.returncode != 0
+    assert 'RINGLET_KERNELS="avx9000" is not a kernel level; accepted: "generic", "avx2", ' \
+           '"avx512"' in bad.stderr
+
+
+def test_a_process_started_by_another_mpis_launcher_is_refused():
+    """Hydra (MPICH's launcher) sets PMI_SIZE; an Open MPI build then sees a job of 1. ringlet
+    says so instead of running as N separate one-rank jobs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM", "PMIX_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", "import ringlet; ringlet.init()"], cwd=ROOT, text=True,
+        capture_output=True, timeout=120, env={**env, "PMI_SIZE": "4", "PMI_RANK": "1"},
+    )
+    assert result.returncode != 0
+    assert "RingletError: this process is one of 4 started by a PMI launcher" in result.stderr
+    assert "Rebuild ringlet against the MPI you launch with" in result.stderr
+
+
+def test_the_mpi_library_ringlet_runs_on_is_the_one_it_was_built_with():
+    result = run_python(
+        "import ringlet; running, built = ringlet._core.mpi_library()\n"
+        "print(built); print(running.splitlines()[0])\n"
+    )
+    assert result.returncode == 0, result.stderr
+    built, running = result.stdout.splitlines()
+    family = "Open MPI" if built.startswith("Open MPI") else "MPICH"
+    assert built.startswith(family) and family in running, (built, running)

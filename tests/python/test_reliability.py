@@ -134,3 +134,22 @@ def test_property_matches_numpy_for_any_shape_dtype_op_and_algorithm(
     assert result.dtype == np_dtype(dtype) and result.shape == shape
     assert result.tobytes() == reference(inputs, op).tobytes()
     assert same_on_every_rank(comm, result)
+
+
+def test_a_message_of_the_wrong_length_is_an_error_not_a_short_buffer(rank, size):
+    """The transport checks every receive's byte count (MPI_Status): a test hook makes rank 0
+    send rank 1 fewer, then more, bytes than it posted a receive for."""
+    if size == 1:
+        with pytest.raises(ValueError, match="at least 2 ranks"):
+            _core._test_wrong_length_message(100, 200)
+        return
+    for sent, expected, message in [
+        (100, 200, "expected a message of 200 bytes from rank 0, got 100"),
+        (300, 200, "rank 0 sent a longer message than expected"),
+    ]:
+        if rank == 1:
+            with pytest.raises(ringlet.RingletError, match=message):
+                _core._test_wrong_length_message(sent, expected)
+        else:
+            _core._test_wrong_length_message(sent, expected)
+        assert ringlet.allreduce(np.ones(2), "sum")[0] == size, "still in step"

@@ -198,6 +198,28 @@ def test_explain_prints_and_returns_each_candidate(capsys, size):
         ringlet.explain(100, dtype="complex64")
 
 
+def test_explain_reads_the_cached_calibration(quick_calibration, monkeypatch, comm, size):
+    """Before this process has calibrated, explain() uses the cache for this communicator."""
+    if size == 1:
+        assert ringlet.explain(1000).parameters.startswith("one rank")
+        return
+    monkeypatch.setenv("RINGLET_CACHE_DIR", f"{quick_calibration}/explain")  # empty so far
+    path = selector.cache_path(selector.calibration_key())
+    monkeypatch.setattr(selector, "_params", None)  # as in a fresh process
+    assert ringlet.explain(1000).parameters.startswith("built-in defaults (no cached")
+    ringlet.calibrate()  # writes the cache (rank 0)
+    comm.Barrier()
+    cached = selector.Parameters.from_json(path.read_text(), source="test") if comm.rank == 0 \
+        else None
+    monkeypatch.setattr(selector, "_params", None)
+    explanation = ringlet.explain(1000)
+    assert explanation.parameters == str(path)
+    if comm.rank == 0:
+        assert explanation.candidates[0].model_us == pytest.approx(
+            selector.model_seconds(explanation.candidates[0].algorithm, 1000, size, "float32",
+                                   cached) * 1e6)
+
+
 def test_explain_agrees_with_what_auto_runs(comm, size):
     x = np.ones(100_000, dtype=np.float32)
     ringlet.allreduce(x)  # make sure the table exists

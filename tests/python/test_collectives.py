@@ -1,0 +1,178 @@
+"""broadcast, allgather, reduce_scatter and their object forms (under mpirun): results against
+NumPy, bit-identical on every rank, inputs untouched, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ringlet
+
+from conftest import ALL_DTYPES, exact_input, np_dtype, reference, same_on_every_rank
+
+MOVABLE = (*ALL_DTYPES, "bool", "uint8", "int16", "complex64", ">f8")
+
+
+def movable_input(seed: int, rank: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    rng = np.random.default_rng([seed, rank])
+    values = rng.integers(-50, 50, size=shape)
+    if dtype == "bool":
+        return values > 0
+    return values.astype(np_dtype(dtype) if dtype in ALL_DTYPES else np.dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", MOVABLE)
+def test_broadcast_gives_every_rank_the_roots_array(comm, rank, size, dtype):
+    for root in sorted({0, size // 2, size - 1}):
+        x = movable_input(1, rank, (5, 3), dtype)
+        before = x.copy()
+        result = ringlet.broadcast(x, root)
+        expected = movable_input(1, root, (5, 3), dtype)
+        assert result.dtype == expected.dtype.newbyteorder("=") and result.shape == (5, 3)
+        assert np.array_equal(result, expected)
+        assert np.array_equal(x, before) and x.dtype == before.dtype, "the input is untouched"
+        assert same_on_every_rank(comm, result)
+
+
+def test_broadcast_in_place_into_out_and_of_views(rank, size):
+    root = size - 1
+    x = np.full(7, float(rank))
+    assert ringlet.broadcast(x, root, out=x) is x and np.all(x == root)
+    out = np.empty(7)
+    assert ringlet.broadcast(np.full(7, rank, dtype=np.float64), root, out=out) is out
+    assert np.all(out == root)
+    strided = np.arange(20, dtype=np.int32)[::2] + rank
+    assert np.array_equal(ringlet.broadcast(strided, root), np.arange(20)[::2] + root)
+    scalar = ringlet.broadcast(np.float32(rank), root)
+    assert scalar.shape == () and scalar == root
+    empty = ringlet.broadcast(np.zeros((0, 3)), root)
+    assert empty.shape == (0, 3)
+
+
+def test_broadcast_async_runs_in_order_and_returns_the_result(rank, size):
+    x = np.full(1000, rank, dtype=np.int64)
+    handle = ringlet.broadcast_async(x, size - 1)
+    total = ringlet.allreduce_async(np.ones(10), "sum")
+    assert np.all(handle.wait() == size - 1) and handle.done()
+    assert np.all(total.wait() == size)
+
+
+@pytest.mark.parametrize("dtype", MOVABLE)
+def test_allgather_concatenates_in_rank_order(comm, rank, size, dtype):
+    # Rank r contributes r + 1 rows (the first dimension may differ).
+    x = movable_input(2, rank, (rank + 1, 2, 3), dtype)
+    x.flags.writeable = False  # allgather only reads
+    result = ringlet.allgather(x)
+    expected = np.concatenate([movable_input(2, r, (r + 1, 2, 3), dtype) for r in range(size)])
+    assert result.shape == expected.shape and np.array_equal(result, expected)
+    assert same_on_every_rank(comm, result)
+
+
+def test_allgather_of_scalars_empty_parts_and_views(rank, size):
+    assert np.array_equal(ringlet.allgather(np.int64(rank)), np.arange(size))
+    rows = 0 if rank % 2 else 2
+    result = ringlet.allgather(np.full((rows, 4), rank, dtype=np.float32))
+    expected = np.concatenate([np.full((0 if r % 2 else 2, 4), r) for r in range(size)])
+    assert np.array_equal(result, expected)
+    view = np.arange(40, dtype=np.float64).reshape(10, 4)[::3, 1:]
+    assert np.array_equal(ringlet.allgather(view), np.concatenate([view] * size))
+
+
+def test_object_collectives(rank, size):
+    root = size - 1
+    assert ringlet.broadcast_object({"rank": rank, "data": [rank] * 3}, root) == {
+        "rank": root, "data": [root] * 3}
+    assert ringlet.allgather_object(("r", rank, "x" * rank)) == [
+        ("r", r, "x" * r) for r in range(size)]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("op", ["sum", "avg", "min", "max", "prod"])
+def test_reduce_scatter_gives_each_rank_its_block_of_the_reduction(comm, rank, size, dtype, op):
+    rows = 2 * size + 1
+    inputs = [exact_input(3, r, (rows, 3), dtype, op) for r in range(size)]
+    before = inputs[rank].copy()
+    mine = ringlet.reduce_scatter(inputs[rank], op)
+    blocks = np.array_split(reference(inputs, op), size)
+    assert mine.dtype == np_dtype(dtype)
+    assert mine.tobytes() == blocks[rank].tobytes() and mine.shape == blocks[rank].shape
+    assert np.array_equal(inputs[rank], before), "the input is untouched"
+    everyone = comm.allgather(mine.tobytes())
+    assert b"".join(everyone) == reference(inputs, op).tobytes()
+
+
+def test_reduce_scatter_with_counts(rank, size):
+    counts = [0] * size
+    counts[-1] = 4  # everything to the last rank
+    x = np.arange(8, dtype=np.int64).reshape(4, 2) * (rank + 1)
+    mine = ringlet.reduce_scatter(x, "sum", counts=counts)
+    factor = size * (size + 1) // 2
+    if rank == size - 1:
+        assert np.array_equal(mine, np.arange(8).reshape(4, 2) * factor)
+    else:
+        assert mine.shape == (0, 2)
+
+
+def test_collectives_release_the_gil(size):
+    """Another Python thread keeps running during a long broadcast and allgather."""
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0)
+
+    x = np.ones(16 << 20, dtype=np.float32)
+    ringlet.broadcast(x, 0, out=x)  # warm up
+    counter = threading.Thread(target=count)
+    counter.start()
+    time.sleep(0.01)
+    before = ticks
+    started = time.perf_counter()
+    ringlet.broadcast(x, 0, out=x)
+    ringlet.allgather(x[: 4 << 20])
+    elapsed = time.perf_counter() - started
+    during = ticks - before
+    stop.set()
+    counter.join()
+    if size > 1 and elapsed > 0.005:
+        assert during > 0, f"no Python progress during {elapsed * 1e3:.1f} ms of collectives"
+
+
+def test_bad_input_is_refused_clearly_and_nothing_changes(rank, size):
+    x = np.arange(4.0)
+    with pytest.raises(TypeError, match=r"broadcast takes a numpy.ndarray"):
+        ringlet.broadcast([1.0, 2.0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"holds Python objects"):
+        ringlet.broadcast(np.array([object()]))
+    with pytest.raises(ValueError, match=rf"root {size} is outside the {size} ranks"):
+        ringlet.broadcast(x, size)
+    with pytest.raises(ValueError, match=r"root -1 is outside"):
+        ringlet.broadcast(x, -1)
+    with pytest.raises(TypeError, match=r"root must be a rank"):
+        ringlet.broadcast(x, 0.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown algorithm 'tree'; accepted: 'auto', 'binomial'"):
+        ringlet.broadcast(x, algorithm="tree")
+    out = np.zeros(5)
+    with pytest.raises(ValueError, match=r"out must have x's dtype and shape"):
+        ringlet.broadcast(x, out=out)
+    assert np.all(out == 0) and np.array_equal(x, np.arange(4.0))
+    with pytest.raises(TypeError, match=r"ringlet cannot reduce dtype bool"):
+        ringlet.reduce_scatter(np.zeros(size, dtype=bool))
+    with pytest.raises(ValueError, match=r"unknown op"):
+        ringlet.reduce_scatter(np.zeros(size), "mean")
+    with pytest.raises(ValueError, match=r"at least one dimension"):
+        ringlet.reduce_scatter(np.float64(1.0))
+    with pytest.raises(ValueError, match=r"counts must give the rows of each of the"):
+        ringlet.reduce_scatter(np.zeros((size, 2)), counts=[size + 1] + [0] * (size - 1))
+    with pytest.raises(ValueError, match=r"must not be negative"):
+        ringlet.reduce_scatter(np.zeros((size, 2)), counts=[-1] + [1] * size)
+    with pytest.raises(TypeError, match=r"allgather takes a numpy.ndarray"):
+        ringlet.allgather("text")  # type: ignore[arg-type]
+    # After all of that, the ranks are still in step.
+    assert ringlet.allreduce(np.ones(3), "sum")[0] == size

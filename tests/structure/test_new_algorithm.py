@@ -1,0 +1,98 @@
+"""Adding an algorithm is one file plus one registration line, and nothing else: a copy of the
+project gets `examples/new_algorithm/direct.rs` as `src/schedules/direct.rs` and one line in the
+ALLREDUCE registry; built, the new algorithm appears in `ringlet.ALGORITHMS`, reduces correctly
+under mpirun, is a candidate in `explain()`, and runs in the benchmark. Plain pytest (it builds
+and launches jobs itself)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = "src/schedules/mod.rs"
+LAST_ALLREDUCE_ENTRY = "        mpi::Mpi,\n"
+
+
+def copy_project(into: Path) -> None:
+    for name in ("Cargo.toml", "Cargo.lock", "build.rs"):
+        shutil.copy2(ROOT / name, into / name)
+    for name in ("src", "python", "benches", "tests"):
+        shutil.copytree(ROOT / name, into / name,
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.xml"))
+
+
+def add_the_algorithm(tree: Path) -> None:
+    shutil.copy2(ROOT / "examples/new_algorithm/direct.rs", tree / "src/schedules/direct.rs")
+    registry = tree / REGISTRY
+    text = registry.read_text()
+    assert text.count(LAST_ALLREDUCE_ENTRY) == 1
+    registry.write_text(text.replace(LAST_ALLREDUCE_ENTRY,
+                                      LAST_ALLREDUCE_ENTRY + "        direct::Direct,\n"))
+
+
+def changed_lines(before: str, after: str) -> list[str]:
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+    return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+
+
+def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
+    tree = tmp_path / "ringlet"
+    tree.mkdir()
+    copy_project(tree)
+    add_the_algorithm(tree)
+
+    # Nothing else changed: one new file, one added line.
+    new = sorted(p.relative_to(tree).as_posix() for p in (tree / "src").rglob("*")
+                 if p.is_file() and not (ROOT / p.relative_to(tree)).exists())
+    assert new == ["src/schedules/direct.rs"]
+    edits = changed_lines((ROOT / REGISTRY).read_text(), (tree / REGISTRY).read_text())
+    assert edits == ["+        direct::Direct,"]
+
+    # Build the extension from the copy (the dev profile: quick to build; speed is not the
+    # point here) and install it into the copy's package.
+    target = ROOT / "build" / "new-algorithm-target"  # kept between runs: rebuilds are quick
+    env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
+    build = subprocess.run(["cargo", "build", "--lib", "--quiet"], cwd=tree, env=env, text=True,
+                           capture_output=True, timeout=1200)
+    assert build.returncode == 0, build.stderr
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    shutil.copy2(target / "debug" / "lib_core.so", tree / "python/ringlet" / f"_core{suffix}")
+
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import ringlet
+        assert "direct" in ringlet.ALGORITHMS, ringlet.ALGORITHMS
+        assert "direct" in ringlet.algorithms("allreduce", dtype="bfloat16")
+        rank, size = ringlet.rank(), ringlet.size()
+        x = np.arange(1000, dtype=np.float32) * (rank + 1)
+        y = ringlet.allreduce(x, "sum", algorithm="direct")
+        assert np.array_equal(y, np.arange(1000, dtype=np.float32) * size * (size + 1) / 2)
+        explanation = ringlet.explain(4096)
+        assert "direct" in [c.algorithm for c in explanation.candidates]
+        print("checked on rank", rank)
+    """))
+    run_env = {**os.environ, "PYTHONPATH": str(tree / "python"),
+               "RINGLET_CACHE_DIR": str(tmp_path / "cache")}
+    checked = subprocess.run(["mpirun", "-n", "2", sys.executable, str(script)], cwd=tmp_path,
+                             env=run_env, text=True, capture_output=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "direct" in checked.stdout  # explain() printed it
+    assert checked.stdout.count("checked on rank") == 2
+
+    bench = subprocess.run(
+        ["mpirun", "-n", "2", sys.executable, str(ROOT / "benchmarks/allreduce_bench.py"),
+         "--max-size", "512", "--bw-size", "64K", "--time-budget", "0.05", "--min-iterations", "3",
+         "--warmup", "1", "--no-plot", "--out-dir", str(tmp_path / "bench")],
+        cwd=tmp_path, env=run_env, text=True, capture_output=True, timeout=300,
+    )
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    rows = [line.split() for line in bench.stdout.splitlines()]
+    assert any(len(row) > 2 and row[1] == "direct" for row in rows), bench.stdout
