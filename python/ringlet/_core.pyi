@@ -1,9 +1,51 @@
 """Type stubs for ringlet's Rust extension (src/bindings), checked against it by stubtest."""
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = [
+    "Handle",
+    "MismatchError",
+    "RingletError",
+    "_test_panic",
+    "_test_wrong_length_message",
+    "abort",
+    "algorithm_cost",
+    "algorithm_support",
+    "algorithms",
+    "allgather",
+    "allreduce",
+    "allreduce_fast",
+    "allreduce_group_async",
+    "auto_choice",
+    "barrier",
+    "broadcast",
+    "broadcast_async",
+    "check_algorithm",
+    "clear_auto_table",
+    "dtypes",
+    "finalize",
+    "group",
+    "init",
+    "is_initialized",
+    "kernel_level",
+    "measure_combine",
+    "measure_sendrecv",
+    "mpi_library",
+    "ops",
+    "reduce_scatter",
+    "refuse",
+    "register_dtype",
+    "reset_stats",
+    "set_auto_table",
+    "set_stats_enabled",
+    "set_thread_key",
+    "settings",
+    "shutdown",
+    "stats",
+]
 
 class RingletError(RuntimeError):
     """A collective failed: MPI reported an error, or ringlet is not usable in this process."""
@@ -11,6 +53,7 @@ class RingletError(RuntimeError):
 class MismatchError(RingletError):
     """Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."""
 
+@final
 class Handle:
     """A queued collective."""
 
