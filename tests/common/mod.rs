@@ -53,7 +53,7 @@ pub fn run_group_tuned(
             .zip(inputs)
             .map(|(transport, input)| {
                 scope.spawn(move || {
-                    let mut buf = aligned_copy(&input, dtype.size());
+                    let mut buf = aligned_copy(&input);
                     scratch::reset_peak();
                     let reduction = Reduction { dtype, op };
                     let result = schedules::allreduce(
@@ -105,7 +105,7 @@ impl AlignedBytes {
     }
 }
 
-pub fn aligned_copy(bytes: &[u8], _elem: usize) -> AlignedBytes {
+pub fn aligned_copy(bytes: &[u8]) -> AlignedBytes {
     let mut out = AlignedBytes {
         words: vec![0; bytes.len().div_ceil(8)],
         len: bytes.len(),

@@ -37,6 +37,18 @@ def test_broadcast_gives_every_rank_the_roots_array(comm, rank, size, dtype):
         assert same_on_every_rank(comm, result)
 
 
+def test_structured_dtypes_move_as_they_are(rank, size):
+    record = np.dtype([("id", "<i4"), ("score", "<f8"), ("tag", "S3")])
+    x = np.zeros(3, dtype=record)
+    x["id"], x["score"], x["tag"] = rank, rank / 2, b"r%d" % rank
+    root = size - 1
+    result = ringlet.broadcast(x, root)
+    assert result.dtype == record and list(result["id"]) == [root] * 3
+    assert list(result["tag"]) == [b"r%d" % root] * 3
+    gathered = ringlet.allgather(x)
+    assert list(gathered["id"]) == [r for r in range(size) for _ in range(3)]
+
+
 def test_broadcast_in_place_into_out_and_of_views(rank, size):
     root = size - 1
     x = np.full(7, float(rank))
@@ -117,7 +129,8 @@ def test_reduce_scatter_with_counts(rank, size):
 
 
 def test_collectives_release_the_gil(size):
-    """Another Python thread keeps running during a long broadcast and allgather."""
+    """Another Python thread keeps running during long broadcasts, allgathers and
+    reduce-scatters."""
     ticks = 0
     stop = threading.Event()
 
@@ -136,6 +149,7 @@ def test_collectives_release_the_gil(size):
     started = time.perf_counter()
     ringlet.broadcast(x, 0, out=x)
     ringlet.allgather(x[: 4 << 20])
+    ringlet.reduce_scatter(x.reshape(-1, 64))
     elapsed = time.perf_counter() - started
     during = ticks - before
     stop.set()

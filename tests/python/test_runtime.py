@@ -122,3 +122,29 @@ def test_the_gil_is_released_while_communicating(size):
     assert np.all(x == size * size)
     if size > 1 and elapsed > 0.005:
         assert during > 0, f"no Python progress during a {elapsed * 1e3:.1f} ms allreduce"
+
+
+def test_topology_names_every_ranks_host(comm, rank, size):
+    topology = ringlet.topology()
+    assert list(topology.hosts) == comm.allgather(MPI.Get_processor_name())
+    mine = [r for r, h in enumerate(topology.hosts) if h == topology.hosts[rank]]
+    assert (topology.local_rank, topology.local_size) == (mine.index(rank), len(mine))
+    assert topology.cross_size == len(set(topology.hosts))
+
+
+def test_mpi4py_on_another_mpi_library_is_refused(monkeypatch, comm):
+    """A communicator handle of one MPI library is garbage to another: init(comm) checks that
+    mpi4py runs on ringlet's MPI before it converts the handle."""
+    import pytest
+
+    ours = ringlet.mpi_library()
+    other = "MPICH Version: 4.0.2" if "Open MPI" in ours else "Open MPI v4.1.4, package: x"
+    monkeypatch.setattr(MPI, "Get_library_version", lambda: other)
+    sub = comm.Dup()
+    try:
+        with pytest.raises(ringlet.RingletError, match=r"mpi4py runs on .* but ringlet on"):
+            ringlet.init(sub)
+    finally:
+        sub.Free()
+    monkeypatch.undo()
+    assert ringlet.allreduce(np.ones(2), "sum")[0] == comm.Get_size(), "ringlet still works"
