@@ -5,12 +5,13 @@
 
 The launcher is --launcher, else $RINGLET_MPIRUN, else `mpirun`: Open MPI's or MPICH's (Hydra).
 Open MPI-only options go to Open MPI alone; the time limit of each run is enforced here (the
-whole process group is killed), so it holds under any launcher. The tests that launch jobs
-themselves (--plain) run `mpirun`: when the launcher is another one, a directory where `mpirun`
-and `mpiexec` mean the launcher comes first on their PATH.
-More ranks than cores is fine (Open MPI oversubscribes with the environment the Makefile sets;
-Hydra always does). Exits non-zero if any rank of any run failed; ends with one line
-"N passed, N failed".
+launcher and every process below it are killed), so it holds under any launcher. The tests
+that launch jobs themselves (--plain) run `mpirun`: when the launcher is another one, a
+directory where `mpirun` and `mpiexec` mean the launcher comes first on their PATH.
+More ranks than cores is fine for Open MPI (it oversubscribes with the environment the Makefile
+sets, and yields); Hydra starts them too, but MPICH busy-polls, so its collectives then cost
+milliseconds each, not microseconds. Exits non-zero if any rank of any run failed; ends with
+one line "N passed, N failed".
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,32 +74,52 @@ class Launcher:
         return [self.command, *extra, "-n", str(size)]
 
 
-def kill_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc; none elsewhere). Hydra starts its proxies and
+    ranks in sessions of their own, out of reach of a signal to the launcher's group."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def kill_group(process: subprocess.Popen, sig: int, others: Sequence[int] = ()) -> None:
+    for kill, target in [(os.killpg, process.pid), *((os.kill, pid) for pid in others)]:
+        try:
+            kill(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def call(command: list[str], env: dict[str, str], timeout: float) -> int:
-    """Run `command` in its own process group; past `timeout` seconds, kill the whole group
-    (launcher, proxies and ranks) and return 124, as timeout(1) does."""
+    """Run `command` in its own process group; past `timeout` seconds, end it and everything
+    it started (launcher, proxies and ranks) and return 124, as timeout(1) does."""
     process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         print(f"\n*** still running after {timeout:.0f} s: killing {' '.join(command[:4])} ...",
               flush=True)
-        kill_group(process, signal.SIGTERM)  # lets mpirun take its ranks down and say so
+        below = descendants(process.pid)
+        kill_group(process, signal.SIGTERM)  # lets the launcher take its ranks down and say so
         try:
             process.wait(timeout=KILL_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             pass
-        kill_group(process, signal.SIGKILL)  # and whatever is left of the group
+        kill_group(process, signal.SIGKILL, below)  # and whatever is left
         process.wait()
         return 124
     except KeyboardInterrupt:
-        kill_group(process, signal.SIGKILL)
+        kill_group(process, signal.SIGKILL, descendants(process.pid))
         process.wait()
         raise
 

@@ -118,6 +118,20 @@ def test_the_time_limit_kills_the_whole_group(tmp_path: Path, monkeypatch: pytes
     assert wait_gone(children) == []
 
 
+def test_the_time_limit_reaches_processes_in_sessions_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """As Hydra's proxies and ranks: started with setsid, out of the launcher's group."""
+    monkeypatch.setattr(suite, "ROOT", tmp_path)
+    monkeypatch.setattr(suite, "KILL_GRACE_SECONDS", 1)
+    pid_file = tmp_path / "pid"
+    launcher = ("import subprocess, sys; child = subprocess.Popen(['sleep', '300'], "
+                f"start_new_session=True); open({str(pid_file)!r}, 'w').write(str(child.pid)); "
+                "child.wait()")
+    code = suite.call([sys.executable, "-c", launcher], dict(os.environ), timeout=2)
+    assert code == 124
+    assert wait_gone([int(pid_file.read_text())]) == []
+
+
 def test_a_run_within_the_limit_returns_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(suite, "ROOT", tmp_path)
     assert suite.call(["/bin/sh", "-c", "exit 3"], dict(os.environ), timeout=30) == 3
@@ -156,9 +170,10 @@ def test_jobs_the_tests_launch_use_the_launcher(name: str, tmp_path: Path,
     launcher = suite.Launcher(name)
     env = {**launcher.environment, "OMPI_ALLOW_RUN_AS_ROOT": "1",
            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    show = ("import os; print(os.environ.get('OMPI_COMM_WORLD_SIZE') or "
-            "os.environ.get('PMI_SIZE'), 'Open MPI' if 'OMPI_COMM_WORLD_SIZE' in os.environ "
-            "else 'MPICH')")
+    # One write per rank: the launcher forwards each rank's output in the chunks it gets.
+    show = ("import os; e = os.environ; os.write(1, (f\"{e.get('OMPI_COMM_WORLD_SIZE') or "
+            "e.get('PMI_SIZE')} {'Open MPI' if 'OMPI_COMM_WORLD_SIZE' in e else 'MPICH'}\\n\""
+            ").encode())")
     job = subprocess.run(["mpirun", "-n", "2", sys.executable, "-c", show], env=env,
                          capture_output=True, text=True, timeout=120)
     assert job.returncode == 0, job.stderr
