@@ -260,8 +260,9 @@ impl std::fmt::Display for Label {
     }
 }
 
-/// A 64-bit hash with a fixed definition (every rank, every build computes the same): each
-/// word is mixed in with splitmix64's finalizer.
+/// A 64-bit hash with a fixed definition (every rank, every build computes the same). Each word
+/// goes through a bijection of the state (xor, odd multiply, xorshift), so two inputs of the same
+/// length that differ in one word never collide; splitmix64's finalizer mixes the result.
 struct Digest(u64);
 
 impl Default for Digest {
@@ -272,10 +273,8 @@ impl Default for Digest {
 
 impl Digest {
     fn word(&mut self, value: u64) {
-        let mut z = (self.0 ^ value).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.0 = z ^ (z >> 31);
+        let z = (self.0 ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = z ^ (z >> 29);
     }
 
     fn text(&mut self, text: &str) {
@@ -294,7 +293,10 @@ impl Digest {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 

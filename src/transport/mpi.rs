@@ -16,6 +16,7 @@ use crate::error::{CoreError, Result};
 use mpi::ffi;
 use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
+use smallvec::SmallVec;
 use std::any::Any;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
@@ -136,9 +137,9 @@ impl MpiTransport {
         start: impl Fn(Range<usize>, &mut ffi::MPI_Request) -> c_int,
     ) -> Result<MpiPending<'a>> {
         let mut pending = MpiPending {
-            requests: Vec::with_capacity(1),
-            statuses: Vec::new(),
-            pieces: Vec::with_capacity(1),
+            requests: SmallVec::new(),
+            statuses: SmallVec::new(),
+            pieces: SmallVec::new(),
             what,
             peer: peer as usize,
             received: None,
@@ -175,11 +176,13 @@ fn null_request() -> ffi::MPI_Request {
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
+/// Requests, statuses and pieces inline: a message is one piece unless it exceeds the split
+/// limit, and small collectives are many messages, so no heap allocation per message.
 struct MpiPending<'a> {
-    requests: Vec<ffi::MPI_Request>,
-    statuses: Vec<ffi::MPI_Status>,
+    requests: SmallVec<[ffi::MPI_Request; 1]>,
+    statuses: SmallVec<[ffi::MPI_Status; 1]>,
     /// The byte range of each request's piece, to check what arrived.
-    pieces: Vec<Range<usize>>,
+    pieces: SmallVec<[Range<usize>; 1]>,
     what: &'static str,
     peer: usize,
     /// A receive's buffer, handed back once the data is in; `None` for sends.
@@ -196,7 +199,8 @@ impl MpiPending<'_> {
         }
         if self.statuses.len() != self.requests.len() {
             // SAFETY: MPI_Status is plain data; MPI_Testall fills these in.
-            self.statuses = vec![unsafe { std::mem::zeroed() }; self.requests.len()];
+            let blank: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            self.statuses = SmallVec::from_elem(blank, self.requests.len());
         }
         let mut flag: c_int = 0;
         // SAFETY: every request came from MPI_Isend/MPI_Irecv on a buffer that `'a` keeps alive
