@@ -79,7 +79,7 @@ const REBUILD: &str =
     "Rebuild ringlet against the MPI you launch with: `MPICC=/path/to/that/mpicc \
                        pip install --force-reinstall --no-cache-dir .` (or `make` in a checkout), \
                        and build mpi4py the same way (`MPICC=... pip install --no-binary mpi4py \
-                       --force-reinstall mpi4py`)";
+                       --no-cache-dir --force-reinstall mpi4py`)";
 
 /// Refuse to run on another MPI than the one ringlet was built with, or under a launcher that
 /// started more processes than MPI can see. Called once MPI is initialized.

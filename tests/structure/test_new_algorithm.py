@@ -55,12 +55,13 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     edits = changed_lines((ROOT / REGISTRY).read_text(), (tree / REGISTRY).read_text())
     assert edits == ["+        direct::Direct,"]
 
-    # Build the extension from the copy (the dev profile: quick to build; speed is not the
-    # point here) and install it into the copy's package.
-    target = ROOT / "build" / "new-algorithm-target"  # kept between runs: rebuilds are quick
+    # Build the extension from the copy and install it into the copy's package. The test
+    # profile, in make's target directory, finds every dependency built by `cargo test`
+    # already: only the copy's own crate compiles (its artifacts are keyed by its path).
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "build" / "new-algorithm-target"))
     env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
-    build = subprocess.run(["cargo", "build", "--lib", "--quiet"], cwd=tree, env=env, text=True,
-                           capture_output=True, timeout=1200)
+    build = subprocess.run(["cargo", "build", "--lib", "--profile", "test", "--quiet"], cwd=tree,
+                           env=env, text=True, capture_output=True, timeout=1200)
     assert build.returncode == 0, build.stderr
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     shutil.copy2(target / "debug" / "lib_core.so", tree / "python/ringlet" / f"_core{suffix}")
