@@ -81,3 +81,31 @@ def _ringlet_ready():
 def same_on_every_rank(comm: MPI.Intracomm, array: np.ndarray) -> bool:
     mine = array.tobytes()
     return all(other == mine for other in comm.allgather(mine))
+
+
+def python_progress_during(work) -> tuple[int, float]:
+    """(how often another Python thread ran, seconds) while ``work()`` ran: a call that holds
+    the GIL leaves the other thread at 0."""
+    import threading
+    import time
+
+    ticks = 0
+    stop = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    time.sleep(0.01)
+    before = ticks
+    started = time.perf_counter()
+    work()
+    elapsed = time.perf_counter() - started
+    during = ticks - before
+    stop.set()
+    counter.join()
+    return during, elapsed

@@ -3,15 +3,19 @@ NumPy, bit-identical on every rank, inputs untouched, and clear errors on bad in
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 import pytest
 
 import ringlet
 
-from conftest import ALL_DTYPES, exact_input, np_dtype, reference, same_on_every_rank
+from conftest import (
+    ALL_DTYPES,
+    exact_input,
+    np_dtype,
+    python_progress_during,
+    reference,
+    same_on_every_rank,
+)
 
 MOVABLE = (*ALL_DTYPES, "bool", "uint8", "int16", "complex64", ">f8")
 
@@ -131,29 +135,15 @@ def test_reduce_scatter_with_counts(rank, size):
 def test_collectives_release_the_gil(size):
     """Another Python thread keeps running during long broadcasts, allgathers and
     reduce-scatters."""
-    ticks = 0
-    stop = threading.Event()
-
-    def count() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            time.sleep(0)
-
     x = np.ones(16 << 20, dtype=np.float32)
     ringlet.broadcast(x, 0, out=x)  # warm up
-    counter = threading.Thread(target=count)
-    counter.start()
-    time.sleep(0.01)
-    before = ticks
-    started = time.perf_counter()
-    ringlet.broadcast(x, 0, out=x)
-    ringlet.allgather(x[: 4 << 20])
-    ringlet.reduce_scatter(x.reshape(-1, 64))
-    elapsed = time.perf_counter() - started
-    during = ticks - before
-    stop.set()
-    counter.join()
+
+    def work() -> None:
+        ringlet.broadcast(x, 0, out=x)
+        ringlet.allgather(x[: 4 << 20])
+        ringlet.reduce_scatter(x.reshape(-1, 64))
+
+    during, elapsed = python_progress_during(work)
     if size > 1 and elapsed > 0.005:
         assert during > 0, f"no Python progress during {elapsed * 1e3:.1f} ms of collectives"
 

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import ringlet
 
-from conftest import exact_input, reference
+from conftest import exact_input, python_progress_during, reference
 
 
 def test_rank_and_size_match_mpi4py(rank, size):
@@ -95,30 +95,10 @@ def test_barrier_and_mpi_interleave_with_ringlet(comm, size):
 
 def test_the_gil_is_released_while_communicating(size):
     """Another Python thread keeps running during a long synchronous allreduce."""
-    import threading
-    import time
-
-    ticks = 0
-    stop = threading.Event()
-
-    def count() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            time.sleep(0)
-
     x = np.ones(16 << 20, dtype=np.float32)  # 64 MiB: tens of milliseconds on 2+ ranks
     ringlet.allreduce(x, out=x, algorithm="ring")  # warm: scratch and pages in place
-    counter = threading.Thread(target=count)
-    counter.start()
-    time.sleep(0.01)
-    before = ticks
-    started = time.perf_counter()
-    ringlet.allreduce(x, out=x, algorithm="ring")
-    elapsed = time.perf_counter() - started
-    during = ticks - before
-    stop.set()
-    counter.join()
+    during, elapsed = python_progress_during(
+        lambda: ringlet.allreduce(x, out=x, algorithm="ring"))
     assert np.all(x == size * size)
     if size > 1 and elapsed > 0.005:
         assert during > 0, f"no Python progress during a {elapsed * 1e3:.1f} ms allreduce"
