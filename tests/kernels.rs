@@ -3,7 +3,7 @@
 //! prints which ran, and `generic` always does.
 
 use _core::dtype::{DType, ReduceOp};
-use _core::kernels::{combine_at, Level, Order};
+use _core::kernels::{combine_scaled_at, Finish, Level, Order, Scaling};
 use half::{bf16, f16};
 
 fn lcg(seed: u64) -> impl FnMut() -> u64 {
@@ -63,6 +63,24 @@ fn scalar_i64(op: ReduceOp, a: i64, b: i64, bits: u32) -> i64 {
     }
 }
 
+/// `finish(op(a·fa, b·fb))` in the type's arithmetic (16-bit floats in f32).
+fn scaled<T>(op: ReduceOp, order: Order, a: T, b: T, s: &Scaling, to: impl Fn(f64) -> T) -> T
+where
+    T: Copy
+        + PartialOrd
+        + std::ops::Add<Output = T>
+        + std::ops::Mul<Output = T>
+        + std::ops::Div<Output = T>,
+{
+    let (a, b) = (a * to(s.acc), b * to(s.other));
+    let (l, r) = ordered(order, a, b);
+    let result = scalar_float(op, l, r);
+    match s.finish {
+        Some(f) => result / to(f.divide_by as f64) * to(f.multiply),
+        None => result,
+    }
+}
+
 /// (acc, other) as bytes, and the expected bytes, for `n` elements.
 fn case(
     dtype: DType,
@@ -70,6 +88,7 @@ fn case(
     order: Order,
     n: usize,
     seed: u64,
+    s: &Scaling,
 ) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut random = lcg(seed);
     let (mut acc, mut other, mut expected) = (Vec::new(), Vec::new(), Vec::new());
@@ -77,39 +96,29 @@ fn case(
         let (x, y) = (special_f32(i, random()), special_f32(i / 3 + 5, random()));
         match dtype {
             DType::F32 => {
-                let (l, r) = ordered(order, x, y);
                 acc.extend(x.to_ne_bytes());
                 other.extend(y.to_ne_bytes());
-                expected.extend(scalar_float(op, l, r).to_ne_bytes());
+                expected.extend(scaled(op, order, x, y, s, |v| v as f32).to_ne_bytes());
             }
             DType::F64 => {
                 let (x, y) = (f64::from(x) * 1.0001, f64::from(y));
-                let (l, r) = ordered(order, x, y);
                 acc.extend(x.to_ne_bytes());
                 other.extend(y.to_ne_bytes());
-                expected.extend(scalar_float(op, l, r).to_ne_bytes());
+                expected.extend(scaled(op, order, x, y, s, |v| v).to_ne_bytes());
             }
             DType::F16 => {
                 let (x, y) = (f16::from_f32(x), f16::from_f32(y));
-                let (l, r) = ordered(order, x.to_f32(), y.to_f32());
+                let result = scaled(op, order, x.to_f32(), y.to_f32(), s, |v| v as f32);
                 acc.extend(x.to_bits().to_ne_bytes());
                 other.extend(y.to_bits().to_ne_bytes());
-                expected.extend(
-                    f16::from_f32(scalar_float(op, l, r))
-                        .to_bits()
-                        .to_ne_bytes(),
-                );
+                expected.extend(f16::from_f32(result).to_bits().to_ne_bytes());
             }
             DType::BF16 => {
                 let (x, y) = (bf16::from_f32(x), bf16::from_f32(y));
-                let (l, r) = ordered(order, x.to_f32(), y.to_f32());
+                let result = scaled(op, order, x.to_f32(), y.to_f32(), s, |v| v as f32);
                 acc.extend(x.to_bits().to_ne_bytes());
                 other.extend(y.to_bits().to_ne_bytes());
-                expected.extend(
-                    bf16::from_f32(scalar_float(op, l, r))
-                        .to_bits()
-                        .to_ne_bytes(),
-                );
+                expected.extend(bf16::from_f32(result).to_bits().to_ne_bytes());
             }
             DType::I32 | DType::I64 => {
                 let bits = if dtype == DType::I32 { 32 } else { 64 };
@@ -120,7 +129,14 @@ fn case(
                     (x, y)
                 };
                 let (l, r) = ordered(order, x, y);
-                let result = scalar_i64(op, l, r, bits);
+                let mut result = scalar_i64(op, l, r, bits);
+                if let Some(f) = s.finish {
+                    result = if bits == 32 {
+                        (result as i32).wrapping_div(f.divide_by as i32) as i64
+                    } else {
+                        result.wrapping_div(f.divide_by as i64)
+                    };
+                }
                 if bits == 32 {
                     acc.extend((x as i32).to_ne_bytes());
                     other.extend((y as i32).to_ne_bytes());
@@ -175,31 +191,72 @@ fn every_supported_level_matches_the_scalar_reference() {
         for dtype in DType::ALL {
             for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max] {
                 for order in [Order::AccFirst, Order::OtherFirst] {
-                    for (n, seed) in (0..70).chain([255, 256, 257, 1000, 4099]).zip(1..) {
-                        let (acc, other, expected) = case(dtype, op, order, n, seed);
-                        let len = acc.len();
-                        let mut acc_words = aligned(&acc);
-                        let other_words = aligned(&other);
-                        let acc_bytes =
-                            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut acc_words)[..len];
-                        let other_bytes = &bytemuck::cast_slice::<u64, u8>(&other_words)[..len];
-                        combine_at(level, dtype, op, acc_bytes, other_bytes, order)
+                    for scaling in scalings(dtype) {
+                        for (n, seed) in (0..70).chain([255, 256, 257, 1000, 4099]).zip(1..) {
+                            let (acc, other, expected) = case(dtype, op, order, n, seed, &scaling);
+                            let len = acc.len();
+                            let mut acc_words = aligned(&acc);
+                            let other_words = aligned(&other);
+                            let acc_bytes =
+                                &mut bytemuck::cast_slice_mut::<u64, u8>(&mut acc_words)[..len];
+                            let other_bytes = &bytemuck::cast_slice::<u64, u8>(&other_words)[..len];
+                            combine_scaled_at(
+                                level,
+                                dtype,
+                                op,
+                                acc_bytes,
+                                other_bytes,
+                                order,
+                                &scaling,
+                            )
                             .unwrap_or_else(|e| panic!("{level:?} {dtype:?}: {e}"));
-                        let size = dtype.size();
-                        for (i, (got, want)) in acc_bytes
-                            .chunks(size)
-                            .zip(expected.chunks(size))
-                            .enumerate()
-                        {
-                            let both_nan = is_nan(dtype, got) && is_nan(dtype, want);
-                            assert!(
+                            let size = dtype.size();
+                            for (i, (got, want)) in acc_bytes
+                                .chunks(size)
+                                .zip(expected.chunks(size))
+                                .enumerate()
+                            {
+                                let both_nan = is_nan(dtype, got) && is_nan(dtype, want);
+                                assert!(
                                 got == want || both_nan,
-                                "{level:?} {dtype:?} {op:?} {order:?} n={n} element {i}: {got:?} != {want:?}"
+                                "{level:?} {dtype:?} {op:?} {order:?} {scaling:?} n={n} element {i}: {got:?} != {want:?}"
                             );
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// No scaling; a prescale on one side; factors on both and a finish; only `avg`'s division
+/// (all integers take).
+fn scalings(dtype: DType) -> Vec<Scaling> {
+    let divide = Scaling {
+        finish: Some(Finish {
+            divide_by: 3,
+            multiply: 1.0,
+        }),
+        ..Scaling::NONE
+    };
+    if matches!(dtype, DType::I32 | DType::I64) {
+        return vec![Scaling::NONE, divide];
+    }
+    vec![
+        Scaling::NONE,
+        Scaling {
+            acc: 0.37,
+            ..Scaling::NONE
+        },
+        Scaling {
+            acc: 2.5,
+            other: 0.1,
+            finish: Some(Finish {
+                divide_by: 7,
+                multiply: 1.75,
+            }),
+        },
+        divide,
+    ]
 }

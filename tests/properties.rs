@@ -1,6 +1,6 @@
 //! Property test: every schedule, any rank count from 1 to 64, any element count, dtype and op,
-//! on the in-process transport. Results must be exact on every rank and every message sent
-//! must have been received.
+//! over one buffer or several cut at random places, on the in-process transport. Results must
+//! be exact on every rank and every message sent must have been received.
 
 mod common;
 
@@ -38,15 +38,22 @@ proptest! {
         dtype in prop::sample::select(DType::ALL.to_vec()),
         op in prop::sample::select(ReduceOp::ALL.to_vec()),
         max_message in prop::sample::select(vec![64usize, 1000, usize::MAX / 2]),
+        split in any::<u64>(),
     ) {
         let schedule = schedule(algorithm);
-        let tuning = Tuning { segment_bytes };
+        // Half the cases run over separate buffers cut at random places.
+        let setup = Setup {
+            max_message_bytes: max_message,
+            tuning: Tuning { segment_bytes },
+            parts: (split % 2 == 0).then(|| random_parts(count, split)),
+            ..Setup::default()
+        };
         let per_rank: Vec<Vec<f64>> = (0..ranks)
             .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
             .collect();
         let expected = reference(dtype, op, &per_rank);
         let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
-        for (rank, outcome) in run_group_tuned(schedule, inputs, dtype, op, max_message, tuning)
+        for (rank, outcome) in run_with(schedule, inputs, dtype, op, &setup)
             .iter()
             .enumerate()
         {

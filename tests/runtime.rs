@@ -172,6 +172,7 @@ fn a_fused_group_equals_one_allreduce_per_array() {
                 prescale: 1.0,
                 postscale: 1.0,
                 fusion_bytes: 24, // a and c fit a buffer only with b apart
+                pack_below: 0,
                 shapes: vec![vec![3], vec![5], vec![2]],
                 thread: 0,
             };
@@ -188,6 +189,57 @@ fn a_fused_group_equals_one_allreduce_per_array() {
             assert_eq!(a, vec![mean, 1.0, 2.0]);
             assert_eq!(b, vec![2.0 * mean; 5]);
             assert_eq!(c, vec![3.0; 2]);
+        }
+    }
+}
+
+#[test]
+fn a_group_reduced_in_place_equals_the_group_packed_with_factors_and_compression() {
+    for n in GROUPS {
+        let results = on(n, |comm| {
+            let rank = comm.rank() as f32;
+            let run = |pack_below: usize, wire: DType| {
+                let mut a = buffer(&[rank, 1.0, 2.0, -3.0]);
+                let mut b = buffer(&[rank * 2.0; 6]);
+                let mut c = buffer(&[0.5 + rank; 3]);
+                let group = Group {
+                    dtype: DType::F32,
+                    wire,
+                    op: ReduceOp::Avg,
+                    algorithm: "ring".into(),
+                    prescale: 2.0,
+                    postscale: 0.25,
+                    fusion_bytes: 1 << 20,
+                    pack_below,
+                    shapes: vec![vec![4], vec![6], vec![3]],
+                    thread: 0,
+                };
+                let mut arrays: Vec<&mut [u8]> = vec![
+                    bytemuck::cast_slice_mut(&mut a),
+                    bytemuck::cast_slice_mut(&mut b),
+                    bytemuck::cast_slice_mut(&mut c),
+                ];
+                allreduce_group_on(comm, &mut arrays, &group).expect("group");
+                [a, b, c].concat()
+            };
+            (
+                run(0, DType::F32),
+                run(usize::MAX, DType::F32),
+                run(0, DType::BF16),
+            )
+        });
+        let mean = |f: &dyn Fn(f32) -> f32| (0..n).map(|r| f(r as f32)).sum::<f32>() / n as f32;
+        let mut expected = vec![mean(&|r| r), 1.0, 2.0, -3.0];
+        expected.extend([mean(&|r| 2.0 * r); 6]);
+        expected.extend([mean(&|r| 0.5 + r); 3]);
+        let expected: Vec<f32> = expected.iter().map(|v| v * 2.0 * 0.25).collect();
+        for (in_place, packed, compressed) in results {
+            assert_eq!(in_place, expected, "N={n}: in place, factors folded");
+            assert_eq!(packed, expected, "N={n}: packed");
+            assert_eq!(
+                compressed, expected,
+                "N={n}: compressed to bfloat16 (exact here)"
+            );
         }
     }
 }
@@ -441,6 +493,7 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
             prescale: 1.0,
             postscale: 1.0,
             fusion_bytes: 1 << 20,
+            pack_below: 0,
             shapes: vec![vec![3], vec![second]],
             thread: 0,
         };

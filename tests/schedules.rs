@@ -8,7 +8,7 @@ use _core::schedules::halving_doubling::HalvingDoubling;
 use _core::schedules::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
 use _core::schedules::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
 use _core::schedules::ring::Ring;
-use _core::schedules::{Allreduce, Tuning};
+use _core::schedules::{Algorithm, Allreduce, Cost, Factors, Parts, Reduction, Tuning};
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
 use common::*;
 
@@ -399,6 +399,158 @@ fn broadcast_delivers_the_roots_bytes_to_every_rank() {
                     "N={n} root={root} rank {rank}"
                 );
                 assert_eq!(*leftover, 0);
+            }
+        }
+    }
+}
+
+/// The schedules over a vector of separate buffers.
+fn schedules_under_test() -> Vec<(&'static str, &'static dyn Allreduce, Tuning)> {
+    vec![
+        ("ring", &Ring, Tuning::default()),
+        ("pipelined_ring", &PipelinedRing, segments(24)),
+        ("halving_doubling", &HalvingDoubling, Tuning::default()),
+        ("recursive_doubling", &RecursiveDoubling, Tuning::default()),
+    ]
+}
+
+#[test]
+fn every_schedule_over_separate_buffers_is_exact() {
+    // Part boundaries at random places, empty parts included; blocks and segments span them.
+    for (name, schedule, tuning) in schedules_under_test() {
+        for n in [1usize, 2, 3, 4, 5, 7, 8, 13] {
+            for (count, seed) in [0usize, 1, n + 1, 1000, 4099].into_iter().zip(1u64..) {
+                for dtype in DType::ALL {
+                    for op in ReduceOp::ALL {
+                        let per_rank: Vec<Vec<f64>> = (0..n)
+                            .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
+                            .collect();
+                        let expected = reference(dtype, op, &per_rank);
+                        let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
+                        let setup = Setup {
+                            tuning,
+                            parts: Some(random_parts(count, seed * 31 + n as u64)),
+                            ..Setup::default()
+                        };
+                        for (rank, outcome) in run_with(schedule, inputs, dtype, op, &setup)
+                            .iter()
+                            .enumerate()
+                        {
+                            assert!(
+                                outcome.result == expected,
+                                "{name} N={n} count={count} {dtype:?} {op:?} {:?}: rank {rank}",
+                                setup.parts
+                            );
+                            assert_eq!(outcome.unreceived, 0, "{name} N={n}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn separate_buffers_send_the_same_bytes_as_one() {
+    for (name, schedule, tuning) in schedules_under_test() {
+        for n in [2usize, 3, 5, 8] {
+            for count in [1usize, 97, 1000, 4099] {
+                let inputs: Vec<Vec<u8>> = (0..n)
+                    .map(|_| encode(DType::F32, &vec![1.0; count]))
+                    .collect();
+                let one = Setup {
+                    tuning,
+                    ..Setup::default()
+                };
+                let split = Setup {
+                    parts: Some(random_parts(count, count as u64)),
+                    ..one.clone()
+                };
+                let contiguous =
+                    run_with(schedule, inputs.clone(), DType::F32, ReduceOp::Sum, &one);
+                let parts = run_with(schedule, inputs, DType::F32, ReduceOp::Sum, &split);
+                for r in 0..n {
+                    assert_eq!(
+                        parts[r].bytes_sent, contiguous[r].bytes_sent,
+                        "{name} N={n}"
+                    );
+                    assert_eq!(
+                        parts[r].messages_sent, contiguous[r].messages_sent,
+                        "{name} N={n}: one logical message per step, however many pieces"
+                    );
+                    assert!(
+                        parts[r].peak_scratch <= contiguous[r].peak_scratch,
+                        "{name} N={n}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A schedule that does not fold scaling: the caller sweeps before and after.
+struct Unfolded(&'static dyn Allreduce);
+
+impl Algorithm for Unfolded {
+    fn name(&self) -> &'static str {
+        "unfolded"
+    }
+    fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
+        self.0.cost(ranks, bytes, tuning)
+    }
+}
+
+impl Allreduce for Unfolded {
+    fn run(
+        &self,
+        transport: &dyn _core::transport::Transport,
+        buf: &mut Parts,
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> _core::error::Result<()> {
+        self.0.run(transport, buf, reduction, tuning)
+    }
+}
+
+#[test]
+fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
+    let factors = Factors {
+        pre: 2.0,
+        post: 0.5,
+    };
+    for (name, schedule, tuning) in schedules_under_test() {
+        assert!(schedule.folds_scaling(), "{name} folds");
+        let sweeping: &'static dyn Allreduce = Box::leak(Box::new(Unfolded(schedule)));
+        for n in [1usize, 2, 3, 5, 8] {
+            for count in [0usize, 1, 37, 1000] {
+                for dtype in DType::ALL {
+                    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max] {
+                        let integer = matches!(dtype, DType::I32 | DType::I64);
+                        let factors = if integer { Factors::NONE } else { factors };
+                        let per_rank: Vec<Vec<f64>> = (0..n)
+                            .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
+                            .collect();
+                        let expected =
+                            reference_scaled(dtype, op, &per_rank, factors.pre, factors.post);
+                        let inputs: Vec<Vec<u8>> =
+                            per_rank.iter().map(|v| encode(dtype, v)).collect();
+                        let setup = Setup {
+                            tuning,
+                            factors,
+                            parts: Some(random_parts(count, 7)),
+                            ..Setup::default()
+                        };
+                        let folded = run_with(schedule, inputs.clone(), dtype, op, &setup);
+                        let swept = run_with(sweeping, inputs, dtype, op, &setup);
+                        for r in 0..n {
+                            assert!(
+                                folded[r].result == expected,
+                                "{name} N={n} count={count} {dtype:?} {op:?}: rank {r}"
+                            );
+                            assert!(folded[r].result == swept[r].result, "{name} N={n}");
+                        }
+                    }
+                }
             }
         }
     }

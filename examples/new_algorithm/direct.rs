@@ -1,12 +1,13 @@
-//! `direct`: every rank sends its whole vector to every other rank and combines what it
-//! receives in rank order, so every rank computes the same bits. One round of N-1 messages of
-//! m bytes each way: for small messages on few ranks. (The worked example of CONTRIBUTING.md:
-//! this file in src/schedules/ plus one line in the ALLREDUCE registry make it an algorithm.)
+//! `direct`: every rank sends its whole vector to every other rank and combines all N vectors
+//! in rank order, so every rank computes the same bits. One round of N-1 messages of m bytes
+//! each way: for small messages on few ranks. (The worked example of CONTRIBUTING.md: this file
+//! in src/schedules/ plus one line in the ALLREDUCE registry make it an algorithm.)
 
-use super::{Algorithm, Allreduce, Cost, Reduction, Tuning};
+use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
+use crate::kernels::Scaling;
 use crate::scratch::Scratch;
-use crate::transport::{Request, Transport};
+use crate::transport::{Destination, Request, Transport};
 
 pub struct Direct;
 
@@ -29,31 +30,45 @@ impl Allreduce for Direct {
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
         let (n, rank, len) = (transport.size(), transport.rank(), buf.len());
-        if n == 1 || len == 0 {
-            return Ok(());
+        if len == 0 {
+            return Ok(()); // every rank has the same length: nobody sends anything
         }
-        // Every rank's vector in rank order, this rank's own in its place.
+        // Every rank's vector, back to back in rank order. The vector may be several buffers
+        // (`Parts`): it travels as one message per piece, and arrives cut the same way.
         let mut scratch = Scratch::new(n * len);
-        let mut vectors: Vec<&mut [u8]> = scratch.bytes(n * len)?.chunks_mut(len).collect();
-        vectors[rank].copy_from_slice(buf);
-        let mut requests: Vec<Request> = Vec::with_capacity(2 * n);
-        for peer in (0..n).filter(|&peer| peer != rank) {
-            requests.push(transport.isend(buf, peer)?);
-        }
-        for (peer, vector) in vectors.iter_mut().enumerate() {
-            if peer != rank {
-                requests.push(transport.irecv(vector, peer)?);
+        let all = scratch.bytes(n * len)?;
+        let cuts = buf.cuts(0..len)?;
+        {
+            let own = buf.get(0..len)?;
+            let mut requests: Vec<Request> = Vec::with_capacity(2 * n);
+            for peer in (0..n).filter(|&peer| peer != rank) {
+                requests.push(transport.isend_pieces(&own, peer)?);
             }
+            for (peer, vector) in all.chunks_mut(len).enumerate() {
+                if peer == rank {
+                    vector.copy_from_slice(&own.concat());
+                } else {
+                    let cuts = cuts.clone();
+                    requests.push(transport.irecv_to(Destination::Cut { buf: vector, cuts }, peer)?);
+                }
+            }
+            requests.into_iter().try_for_each(Request::wait)?;
         }
-        requests.into_iter().try_for_each(Request::wait)?;
-        buf.copy_from_slice(vectors[0]);
-        for vector in &vectors[1..] {
-            reduction.combine(buf, vector)?;
+        // Fold the vectors left to right, the same order on every rank.
+        let (first, rest) = all.split_at_mut(len);
+        for vector in rest.chunks(len) {
+            reduction.combine(first, vector, &Scaling::NONE)?;
+        }
+        // Back into the vector's pieces.
+        let mut offset = 0;
+        for piece in buf.get_mut(0..len)?.iter_mut() {
+            piece.copy_from_slice(&first[offset..offset + piece.len()]);
+            offset += piece.len();
         }
         Ok(())
     }

@@ -106,6 +106,7 @@ def allreduce_group_async(
     handles = [
         _core.allreduce_group_async(
             group, name, wires[name], op, algorithm, prescale, postscale, threshold,
+            selector.pack_below(wires[name], size()),
         )
         for name, group in by_dtype.items()
     ]

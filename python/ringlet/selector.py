@@ -165,6 +165,20 @@ def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum"
     return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params), options.index(a)))
 
 
+def pack_below(dtype: str, size: int) -> int:
+    """Bytes per array below which a fused run of arrays is copied into one buffer instead of
+    being reduced where the arrays live. In place, each array a block crosses costs a message
+    (about alpha); in a ring of N ranks a run of k arrays adds about 2(N-1)/N * k messages.
+    Packing costs a copy in and a copy out of the run's m bytes (about gamma per byte each,
+    the speed of touching memory that the calibration measures). So packing pays when the mean
+    array is below (N-1)/N * alpha / gamma bytes. Local: uses this process's calibration if
+    there is one, else the built-in parameters."""
+    if size <= 1:
+        return 0
+    params = _params if _params is not None else Parameters()
+    return int((size - 1) / size * params.alpha / params.gamma_of(dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # The decision table: built once per communicator, installed in the Rust core.
 

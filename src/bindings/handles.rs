@@ -32,9 +32,13 @@ impl Handle {
     }
 }
 
-/// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into buffers of at most
-/// `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`.
+/// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most
+/// `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`; a run of arrays
+/// averaging fewer than `pack_below` bytes is packed into one buffer.
 #[pyfunction]
+#[pyo3(signature = (
+    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, pack_below=0
+))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group_async(
     arrays: Vec<Bound<'_, PyUntypedArray>>,
@@ -45,6 +49,7 @@ pub fn allreduce_group_async(
     prescale: f64,
     postscale: f64,
     fusion_bytes: usize,
+    pack_below: usize,
 ) -> PyResult<Handle> {
     let mut buffers = Vec::with_capacity(arrays.len());
     let mut shapes = Vec::with_capacity(arrays.len());
@@ -62,6 +67,7 @@ pub fn allreduce_group_async(
         prescale,
         postscale,
         fusion_bytes,
+        pack_below,
         shapes,
         thread: caller_thread(),
     };

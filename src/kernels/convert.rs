@@ -1,8 +1,9 @@
 //! Converting between element types, with a scale: packing gradients into a compressed fusion
-//! buffer (f32 -> f16, times a prescale) and unpacking them (f16 -> f32, times a postscale).
+//! buffer (f32 -> f16, times a prescale) and unpacking them (f16 -> f32, divided by the rank
+//! count for `avg` and times a postscale, in the same pass).
 
 use super::sixteen::{bf16_to_f32, f32_to_bf16};
-use super::{typed, typed_mut};
+use super::{typed, typed_mut, Finish};
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use half::f16;
@@ -17,6 +18,23 @@ fn is_float(dtype: DType) -> bool {
 /// `dst = src * scale`, converting `from` elements into `to` elements (rounding to nearest even).
 /// Floats convert to any float; integers only copy, and only with `scale == 1`.
 pub fn convert(from: DType, src: &[u8], to: DType, dst: &mut [u8], scale: f64) -> Result<()> {
+    let finish = Finish {
+        divide_by: 1,
+        multiply: scale,
+    };
+    convert_finishing(from, src, to, dst, finish)
+}
+
+/// `dst = src / divide_by * multiply`, converting as [`convert`] does (in f32, or f64 from f64
+/// to f64); integers divide truncating toward zero and take no factor.
+pub fn convert_finishing(
+    from: DType,
+    src: &[u8],
+    to: DType,
+    dst: &mut [u8],
+    finish: Finish,
+) -> Result<()> {
+    let (divisor, scale) = (finish.divide_by.max(1), finish.multiply);
     let count = src.len() / from.size();
     if !src.len().is_multiple_of(from.size()) || dst.len() != count * to.size() {
         return Err(CoreError::InvalidArgument(format!(
@@ -28,6 +46,10 @@ pub fn convert(from: DType, src: &[u8], to: DType, dst: &mut [u8], scale: f64) -
         )));
     }
     if !is_float(from) || !is_float(to) {
+        if from == to && scale == 1.0 && divisor > 1 {
+            dst.copy_from_slice(src);
+            return super::finish(to, dst, finish);
+        }
         if from != to || scale != 1.0 {
             return Err(CoreError::InvalidArgument(format!(
                 "{} cannot be scaled or converted (only floating-point data can)",
@@ -46,17 +68,23 @@ pub fn convert(from: DType, src: &[u8], to: DType, dst: &mut [u8], scale: f64) -
     }
     if from == DType::F64 && to == DType::F64 {
         let (src, dst) = (typed::<f64>(src)?, typed_mut::<f64>(dst)?);
-        dst.iter_mut().zip(src).for_each(|(d, &s)| *d = s * scale);
+        let divisor = divisor as f64;
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, &s)| *d = s / divisor * scale);
         return Ok(());
     }
     // Everything else goes through f32 blocks (f64 sources narrow first: a compressed wire
     // format holds less than f32 anyway, and f64 -> f32 keeps every f32 value exact).
     let mut wide = [0f32; BLOCK];
-    let scale32 = scale as f32;
+    let (divisor32, scale32) = (divisor as f32, scale as f32);
     for start in (0..count).step_by(BLOCK) {
         let n = BLOCK.min(count - start);
         let block = &mut wide[..n];
         load(from, src, start, block)?;
+        if divisor > 1 {
+            block.iter_mut().for_each(|x| *x /= divisor32);
+        }
         if scale != 1.0 {
             block.iter_mut().for_each(|x| *x *= scale32);
         }

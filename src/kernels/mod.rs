@@ -117,6 +117,33 @@ impl Level {
     }
 }
 
+/// Scaling folded into a combine: `acc = finish(acc·acc ⊕ other·other)` with the two factors,
+/// where `finish(x) = x / divide_by · multiply`. Floats compute in their own precision (16-bit
+/// floats in f32, rounded to 16 bits once, at the end); integers take no factors (they must
+/// be 1) and divide truncating toward zero. This is how a schedule folds `avg`'s division and
+/// the pre- and postscale factors into the reduction instead of sweeping the data again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scaling {
+    pub acc: f64,
+    pub other: f64,
+    pub finish: Option<Finish>,
+}
+
+/// The last thing done to a finished element: `x / divide_by · multiply`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Finish {
+    pub divide_by: usize,
+    pub multiply: f64,
+}
+
+impl Scaling {
+    pub const NONE: Scaling = Scaling {
+        acc: 1.0,
+        other: 1.0,
+        finish: None,
+    };
+}
+
 /// A pair of equally long typed views: the accumulator and the incoming data.
 pub(crate) enum Slices<'a> {
     F32(&'a mut [f32], &'a [f32]),
@@ -199,21 +226,97 @@ pub fn combine_at(
     Ok(())
 }
 
-/// `buf[i] /= ranks`, the second half of `avg`. Integers truncate toward zero, as C does.
-pub fn divide(dtype: DType, buf: &mut [u8], ranks: usize) -> Result<()> {
-    if ranks == 0 {
+/// `acc[i] = finish(acc[i]·a ⊕ other[i]·b)` for every element, at the best level (see
+/// [`Scaling`]).
+pub fn combine_scaled(
+    dtype: DType,
+    op: ReduceOp,
+    acc: &mut [u8],
+    other: &[u8],
+    order: Order,
+    scaling: &Scaling,
+) -> Result<()> {
+    combine_scaled_at(Level::active(), dtype, op, acc, other, order, scaling)
+}
+
+/// [`combine_scaled`] at a given level (tests check every level against `generic`).
+pub fn combine_scaled_at(
+    level: Level,
+    dtype: DType,
+    op: ReduceOp,
+    acc: &mut [u8],
+    other: &[u8],
+    order: Order,
+    scaling: &Scaling,
+) -> Result<()> {
+    if *scaling == Scaling::NONE {
+        return combine_at(level, dtype, op, acc, other, order);
+    }
+    check_scaling(dtype, scaling)?;
+    if acc.len() != other.len() {
+        return Err(CoreError::InvalidArgument(format!(
+            "combine: buffers differ in length ({} and {} bytes)",
+            acc.len(),
+            other.len()
+        )));
+    }
+    if !level.is_available() {
+        return combine_at(level, dtype, op, acc, other, order); // reports why
+    }
+    if acc.is_empty() {
+        return Ok(());
+    }
+    let slices = Slices::new(dtype, acc, other)?;
+    let op = op.combining();
+    match level {
+        Level::Generic => portable::combine_scaled(op, slices, order, scaling),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` (so `is_supported`) confirmed AVX2, FMA and F16C above.
+        Level::Avx2 => unsafe { x86::combine_scaled_avx2(op, slices, order, scaling) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` (so `is_supported`) confirmed AVX-512 F/BW/VL, AVX2, FMA, F16C.
+        Level::Avx512 => unsafe { x86::combine_scaled_avx512(op, slices, order, scaling) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => portable::combine_scaled(op, slices, order, scaling),
+    }
+    Ok(())
+}
+
+/// Integers have no factors: only `avg`'s truncating division.
+fn check_scaling(dtype: DType, scaling: &Scaling) -> Result<()> {
+    let multiply = scaling.finish.map_or(1.0, |f| f.multiply);
+    if !dtype.is_float() && (scaling.acc != 1.0 || scaling.other != 1.0 || multiply != 1.0) {
+        return Err(CoreError::InvalidArgument(format!(
+            "{} data cannot be scaled (only floating-point data can)",
+            dtype.name()
+        )));
+    }
+    if scaling.finish.is_some_and(|f| f.divide_by == 0) {
         return Err(CoreError::InvalidArgument("divide by zero ranks".into()));
     }
-    if buf.is_empty() {
+    Ok(())
+}
+
+/// `buf[i] = buf[i] / divide_by · multiply` in place: `avg`'s division and the postscale, for
+/// an algorithm that cannot fold them into its reduction (or a group of one rank).
+pub fn finish(dtype: DType, buf: &mut [u8], finish: Finish) -> Result<()> {
+    check_scaling(
+        dtype,
+        &Scaling {
+            finish: Some(finish),
+            ..Scaling::NONE
+        },
+    )?;
+    if buf.is_empty() || (finish.divide_by == 1 && finish.multiply == 1.0) {
         return Ok(());
     }
     match dtype {
-        DType::F32 => scalar::divide::<f32>(typed_mut(buf)?, ranks),
-        DType::F64 => scalar::divide::<f64>(typed_mut(buf)?, ranks),
-        DType::I32 => scalar::divide::<i32>(typed_mut(buf)?, ranks),
-        DType::I64 => scalar::divide::<i64>(typed_mut(buf)?, ranks),
-        DType::F16 => sixteen::f16_divide(typed_mut(buf)?, ranks),
-        DType::BF16 => sixteen::bf16_divide(typed_mut(buf)?, ranks),
+        DType::F32 => scalar::finish::<f32>(typed_mut(buf)?, finish),
+        DType::F64 => scalar::finish::<f64>(typed_mut(buf)?, finish),
+        DType::I32 => scalar::finish::<i32>(typed_mut(buf)?, finish),
+        DType::I64 => scalar::finish::<i64>(typed_mut(buf)?, finish),
+        DType::F16 => sixteen::f16_finish(typed_mut(buf)?, finish),
+        DType::BF16 => sixteen::bf16_finish(typed_mut(buf)?, finish),
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //!
 //! Plain zipped loops with branch-free bodies, so that the compiler vectorizes them.
 
-use super::Order;
+use super::{Finish, Order, Scaling};
 use crate::dtype::ReduceOp;
 
 pub(super) trait Arith: Copy {
@@ -12,6 +12,9 @@ pub(super) trait Arith: Copy {
     fn min(self, other: Self) -> Self;
     fn max(self, other: Self) -> Self;
     fn div_count(self, count: usize) -> Self;
+    /// `self * factor` in the type's precision; integers take no factor (callers check that
+    /// it is 1).
+    fn times(self, factor: f64) -> Self;
 }
 
 macro_rules! float_arith {
@@ -48,6 +51,10 @@ macro_rules! float_arith {
             fn div_count(self, count: usize) -> Self {
                 self / count as $t
             }
+            #[inline(always)]
+            fn times(self, factor: f64) -> Self {
+                self * factor as $t
+            }
         }
     };
 }
@@ -80,6 +87,10 @@ macro_rules! int_arith {
                     Err(_) => 0,
                 }
             }
+            #[inline(always)]
+            fn times(self, _factor: f64) -> Self {
+                self
+            }
         }
     };
 }
@@ -107,7 +118,55 @@ pub(super) fn combine<T: Arith>(op: ReduceOp, acc: &mut [T], other: &[T], order:
     }
 }
 
+/// `acc = finish(acc·fa ⊕ other·fb)` (see [`super::Scaling`]): the same operations in the same
+/// order at every SIMD level, so every level gives the same bits.
 #[inline(always)]
-pub(super) fn divide<T: Arith>(buf: &mut [T], count: usize) {
-    buf.iter_mut().for_each(|x| *x = x.div_count(count));
+pub(super) fn combine_scaled<T: Arith>(
+    op: ReduceOp,
+    acc: &mut [T],
+    other: &[T],
+    order: Order,
+    scaling: &Scaling,
+) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => scaled_apply(acc, other, order, scaling, T::add),
+        ReduceOp::Prod => scaled_apply(acc, other, order, scaling, T::mul),
+        ReduceOp::Min => scaled_apply(acc, other, order, scaling, T::min),
+        ReduceOp::Max => scaled_apply(acc, other, order, scaling, T::max),
+    }
+}
+
+#[inline(always)]
+fn scaled_apply<T: Arith>(
+    acc: &mut [T],
+    other: &[T],
+    order: Order,
+    scaling: &Scaling,
+    f: impl Fn(T, T) -> T,
+) {
+    let (fa, fb) = (scaling.acc, scaling.other);
+    let op = |a: T, b: T| {
+        let (a, b) = (a.times(fa), b.times(fb));
+        match order {
+            Order::AccFirst => f(a, b),
+            Order::OtherFirst => f(b, a),
+        }
+    };
+    match scaling.finish {
+        None => acc.iter_mut().zip(other).for_each(|(a, &b)| *a = op(*a, b)),
+        Some(Finish {
+            divide_by,
+            multiply,
+        }) => acc
+            .iter_mut()
+            .zip(other)
+            .for_each(|(a, &b)| *a = op(*a, b).div_count(divide_by).times(multiply)),
+    }
+}
+
+/// `buf = buf / divide_by · multiply`, the finish on its own.
+#[inline(always)]
+pub(super) fn finish<T: Arith>(buf: &mut [T], finish: Finish) {
+    buf.iter_mut()
+        .for_each(|x| *x = x.div_count(finish.divide_by).times(finish.multiply));
 }

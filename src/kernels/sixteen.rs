@@ -6,7 +6,7 @@
 //! uses F16C when the CPU has it); `x86.rs` has the fused intrinsic loops.
 
 use super::scalar::{self, Arith};
-use super::Order;
+use super::{Finish, Order, Scaling};
 use crate::dtype::ReduceOp;
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
@@ -52,11 +52,41 @@ pub(super) fn bf16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: 
     }
 }
 
+/// [`super::scalar::combine_scaled`] for bfloat16: in f32, rounded once.
 #[inline(always)]
-pub(super) fn bf16_divide(buf: &mut [u16], count: usize) {
-    let divisor = count as f32;
-    buf.iter_mut()
-        .for_each(|x| *x = f32_to_bf16(bf16_to_f32(*x) / divisor));
+pub(super) fn bf16_combine_scaled(
+    op: ReduceOp,
+    acc: &mut [u16],
+    other: &[u16],
+    order: Order,
+    scaling: &Scaling,
+) {
+    let mut wide_acc = [0f32; BLOCK];
+    let mut wide_other = [0f32; BLOCK];
+    for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
+        let n = acc.len();
+        acc.iter()
+            .zip(&mut wide_acc)
+            .for_each(|(&a, w)| *w = bf16_to_f32(a));
+        other
+            .iter()
+            .zip(&mut wide_other)
+            .for_each(|(&b, w)| *w = bf16_to_f32(b));
+        scalar::combine_scaled::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order, scaling);
+        acc.iter_mut()
+            .zip(&wide_acc)
+            .for_each(|(a, &w)| *a = f32_to_bf16(w));
+    }
+}
+
+#[inline(always)]
+pub(super) fn bf16_finish(buf: &mut [u16], finish: Finish) {
+    buf.iter_mut().for_each(|x| {
+        let value = bf16_to_f32(*x)
+            .div_count(finish.divide_by)
+            .times(finish.multiply);
+        *x = f32_to_bf16(value);
+    });
 }
 
 pub(super) fn f16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: Order) {
@@ -75,14 +105,37 @@ pub(super) fn f16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: O
     }
 }
 
-pub(super) fn f16_divide(buf: &mut [u16], count: usize) {
+/// [`super::scalar::combine_scaled`] for float16: in f32, rounded once.
+pub(super) fn f16_combine_scaled(
+    op: ReduceOp,
+    acc: &mut [u16],
+    other: &[u16],
+    order: Order,
+    scaling: &Scaling,
+) {
+    let mut wide_acc = [0f32; BLOCK];
+    let mut wide_other = [0f32; BLOCK];
+    for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
+        let n = acc.len();
+        acc.reinterpret_cast::<f16>()
+            .convert_to_f32_slice(&mut wide_acc[..n]);
+        other
+            .reinterpret_cast::<f16>()
+            .convert_to_f32_slice(&mut wide_other[..n]);
+        scalar::combine_scaled::<f32>(op, &mut wide_acc[..n], &wide_other[..n], order, scaling);
+        acc.reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(&wide_acc[..n]);
+    }
+}
+
+pub(super) fn f16_finish(buf: &mut [u16], finish: Finish) {
     let mut wide = [0f32; BLOCK];
     for block in buf.chunks_mut(BLOCK) {
         let n = block.len();
         block
             .reinterpret_cast::<f16>()
             .convert_to_f32_slice(&mut wide[..n]);
-        wide[..n].iter_mut().for_each(|x| *x = x.div_count(count));
+        scalar::finish(&mut wide[..n], finish);
         block
             .reinterpret_cast_mut::<f16>()
             .convert_from_f32_slice(&wide[..n]);

@@ -6,7 +6,7 @@
 //! because portable conversions do not vectorize well. Callers check the CPU first (`Level::is_supported`).
 
 use super::scalar::Arith;
-use super::{portable, sixteen, Order, Slices};
+use super::{portable, sixteen, Order, Scaling, Slices};
 use crate::dtype::ReduceOp;
 use half::f16;
 use std::arch::x86_64::*;
@@ -33,6 +33,38 @@ pub(super) unsafe fn combine_avx512(op: ReduceOp, slices: Slices<'_>, order: Ord
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn combine_scaled_avx2(
+    op: ReduceOp,
+    slices: Slices<'_>,
+    order: Order,
+    scaling: &Scaling,
+) {
+    match slices {
+        Slices::F16(acc, other) => sixteen_scaled::<Avx2, F16>(op, acc, other, order, scaling),
+        Slices::BF16(acc, other) => sixteen_scaled::<Avx2, BF16>(op, acc, other, order, scaling),
+        slices => portable::combine_scaled(op, slices, order, scaling),
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn combine_scaled_avx512(
+    op: ReduceOp,
+    slices: Slices<'_>,
+    order: Order,
+    scaling: &Scaling,
+) {
+    match slices {
+        Slices::F16(acc, other) => sixteen_scaled::<Avx512, F16>(op, acc, other, order, scaling),
+        Slices::BF16(acc, other) => sixteen_scaled::<Avx512, BF16>(op, acc, other, order, scaling),
+        slices => portable::combine_scaled(op, slices, order, scaling),
+    }
+}
+
 /// A vector of f32 lanes and the operations the f16 loop needs.
 trait Lanes {
     const WIDTH: usize;
@@ -50,6 +82,8 @@ trait Lanes {
     /// `b` if `b < a` or `b` is NaN, else `a`: the scalar kernels' NaN-propagating min.
     unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn splat(x: f32) -> Self::V;
 }
 
 enum Avx2 {}
@@ -106,6 +140,14 @@ impl Lanes for Avx2 {
         let b_is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(b, b);
         _mm256_blendv_ps(_mm256_max_ps(b, a), b, b_is_nan)
     }
+    #[inline(always)]
+    unsafe fn div(a: __m256, b: __m256) -> __m256 {
+        _mm256_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
 }
 
 impl Lanes for Avx512 {
@@ -152,6 +194,14 @@ impl Lanes for Avx512 {
     unsafe fn max(a: __m512, b: __m512) -> __m512 {
         let b_is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(b, b);
         _mm512_mask_blend_ps(b_is_nan, _mm512_max_ps(b, a), b)
+    }
+    #[inline(always)]
+    unsafe fn div(a: __m512, b: __m512) -> __m512 {
+        _mm512_div_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
     }
 }
 
@@ -243,5 +293,79 @@ unsafe fn sixteen_loop<L: Lanes, F: Format>(
             Order::AccFirst => scalar(x, y),
             Order::OtherFirst => scalar(y, x),
         });
+    }
+}
+
+#[inline(always)]
+unsafe fn sixteen_scaled<L: Lanes, F: Format>(
+    op: ReduceOp,
+    acc: &mut [u16],
+    other: &[u16],
+    order: Order,
+    scaling: &Scaling,
+) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => {
+            sixteen_scaled_loop::<L, F>(acc, other, order, scaling, L::add, f32::add)
+        }
+        ReduceOp::Prod => sixteen_scaled_loop::<L, F>(acc, other, order, scaling, L::mul, f32::mul),
+        ReduceOp::Min => {
+            sixteen_scaled_loop::<L, F>(acc, other, order, scaling, L::min, Arith::min)
+        }
+        ReduceOp::Max => {
+            sixteen_scaled_loop::<L, F>(acc, other, order, scaling, L::max, Arith::max)
+        }
+    }
+}
+
+/// [`sixteen_loop`] with the factors and the finish of [`Scaling`], in the order the scalar
+/// kernels apply them: `(a·fa ⊕ b·fb) / divide_by · multiply` in f32, rounded once.
+#[inline(always)]
+unsafe fn sixteen_scaled_loop<L: Lanes, F: Format>(
+    acc: &mut [u16],
+    other: &[u16],
+    order: Order,
+    scaling: &Scaling,
+    vector: unsafe fn(L::V, L::V) -> L::V,
+    scalar: fn(f32, f32) -> f32,
+) {
+    let (fa, fb) = (scaling.acc as f32, scaling.other as f32);
+    let (divisor, multiply) = scaling
+        .finish
+        .map_or((1.0, 1.0), |f| (f.divide_by as f32, f.multiply as f32));
+    let finishing = scaling.finish.is_some();
+    let (va, vb, vd, vm) = (
+        L::splat(fa),
+        L::splat(fb),
+        L::splat(divisor),
+        L::splat(multiply),
+    );
+    let n = acc.len().min(other.len());
+    let whole = n - n % L::WIDTH;
+    let (a_ptr, b_ptr) = (acc.as_mut_ptr(), other.as_ptr());
+    let mut i = 0;
+    while i < whole {
+        let a = L::mul(F::load::<L>(a_ptr.add(i)), va);
+        let b = L::mul(F::load::<L>(b_ptr.add(i)), vb);
+        let mut r = match order {
+            Order::AccFirst => vector(a, b),
+            Order::OtherFirst => vector(b, a),
+        };
+        if finishing {
+            r = L::mul(L::div(r, vd), vm);
+        }
+        F::store::<L>(a_ptr.add(i), r);
+        i += L::WIDTH;
+    }
+    for (a, &b) in acc[whole..n].iter_mut().zip(&other[whole..n]) {
+        let (x, y) = (F::widen(*a) * fa, F::widen(b) * fb);
+        let mut r = match order {
+            Order::AccFirst => scalar(x, y),
+            Order::OtherFirst => scalar(y, x),
+        };
+        if finishing {
+            r = r / divisor * multiply;
+        }
+        *a = F::narrow(r);
     }
 }

@@ -6,7 +6,7 @@ use super::process;
 use crate::auto;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::{self, Allreduce, Reduction, ALLREDUCE};
+use crate::schedules::{self, Allreduce, Factors, Parts, ALLREDUCE};
 use crate::stats;
 use crate::worker;
 use std::time::Instant;
@@ -55,10 +55,19 @@ pub fn allreduce_on(
     };
     comm.begin(&call, None)?;
     let started = Instant::now();
-    let reduction = Reduction { dtype, op };
     let tuning = comm.settings().tuning;
-    schedules::allreduce(comm.transport(), schedule, buf, reduction, &tuning)?;
-    stats::record(schedule.name(), buf.len(), started.elapsed());
+    let mut parts = Parts::one(buf);
+    let transport = comm.transport();
+    schedules::allreduce(
+        transport,
+        schedule,
+        &mut parts,
+        dtype,
+        op,
+        Factors::NONE,
+        &tuning,
+    )?;
+    stats::record(schedule.name(), parts.len(), started.elapsed());
     Ok(())
 }
 

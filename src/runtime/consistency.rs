@@ -7,7 +7,7 @@
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::recursive_doubling::RecursiveDoubling;
-use crate::schedules::{self, ring, Reduction, Tuning};
+use crate::schedules::{self, ring, Parts, Tuning};
 use crate::transport::Transport;
 
 /// Agree on collective number `seq` with this rank's `digest` of it; on disagreement
@@ -29,15 +29,12 @@ pub fn agree(
         mine[0].wrapping_neg(),
         mine[1].wrapping_neg(),
     ];
-    let reduction = Reduction {
-        dtype: DType::I64,
-        op: ReduceOp::Max,
-    };
-    schedules::allreduce(
+    schedules::allreduce_one(
         transport,
         &RecursiveDoubling,
         bytemuck::cast_slice_mut(&mut extremes),
-        reduction,
+        DType::I64,
+        ReduceOp::Max,
         &Tuning::default(),
     )?;
     let agreed = (0..2).all(|i| extremes[i] == extremes[2 + i].wrapping_neg());
@@ -60,11 +57,8 @@ pub fn gather_descriptions(
     header[2 * rank] = thread;
     header[2 * rank + 1] = text.len() as u64;
     let header_blocks: Vec<_> = (0..n).map(|r| 16 * r..16 * (r + 1)).collect();
-    ring::allgather(
-        transport,
-        bytemuck::cast_slice_mut(&mut header),
-        &header_blocks,
-    )?;
+    let mut header_parts = Parts::one(bytemuck::cast_slice_mut(&mut header));
+    ring::allgather(transport, &mut header_parts, &header_blocks)?;
     let lengths: Vec<usize> = (0..n).map(|r| header[2 * r + 1] as usize).collect();
     let mut blocks = Vec::with_capacity(n);
     let mut start = 0;
@@ -74,7 +68,7 @@ pub fn gather_descriptions(
     }
     let mut texts = vec![0u8; start];
     texts[blocks[rank].clone()].copy_from_slice(text.as_bytes());
-    ring::allgather(transport, &mut texts, &blocks)?;
+    ring::allgather(transport, &mut Parts::one(&mut texts), &blocks)?;
     Ok(blocks
         .iter()
         .enumerate()

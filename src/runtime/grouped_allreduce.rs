@@ -1,13 +1,17 @@
-//! Allreduce of many arrays at once, as gradient averaging needs: small arrays are packed into
-//! fusion buffers (one collective per buffer, in the arrays' order), optionally compressed to a
-//! 16-bit wire format, with Horovod's prescale and postscale factors. Queued, so it runs in
-//! the background thread in submission order.
+//! Allreduce of many arrays at once, as gradient averaging needs: consecutive arrays are fused
+//! into runs of at most the fusion size (one collective per run, in the arrays' order), with
+//! Horovod's prescale and postscale factors, optionally compressed to a 16-bit wire format.
+//! Queued, so it runs in the background thread in submission order.
 //!
-//! For each buffer: pack (convert to the wire dtype, times `prescale`), allreduce on the wire,
-//! unpack (convert back, times `postscale`, and divide by N for `avg`). An array that fills a
-//! buffer alone and needs no conversion is reduced in place, without a copy. Packing and
-//! unpacking use the same arithmetic as in-place scaling, so fused and unfused calls agree
-//! whenever the reduction itself is exact.
+//! A run is reduced where the arrays live: the schedule runs over the arrays as one vector
+//! ([`Parts`]), its blocks spanning array boundaries, with the factors and `avg`'s division
+//! folded into its combines. No copy, no extra sweep. Two cases pack the run into one buffer
+//! instead:
+//! - compression: pack converts to the wire dtype (times `prescale`), the wire is reduced, and
+//!   unpack converts back (divided by N for `avg`, times `postscale`) in the same pass; the cast
+//!   is the one copy compression cannot avoid;
+//! - many tiny arrays: a message per array piece costs more than copying them (the caller
+//!   passes the mean array size below which a copy pays, from its cost model).
 
 use super::allreduce::choose;
 use super::buffer::{check_disjoint, Buffer};
@@ -16,8 +20,8 @@ use super::communicator::Communicator;
 use super::process;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::kernels::{self, convert};
-use crate::schedules::{self, Reduction};
+use crate::kernels::{convert, Finish};
+use crate::schedules::{self, Factors, Parts};
 use crate::scratch::Scratch;
 use crate::stats;
 use crate::worker::{self, Completion};
@@ -37,8 +41,11 @@ pub struct Group {
     pub algorithm: String,
     pub prescale: f64,
     pub postscale: f64,
-    /// Largest fusion buffer, in wire bytes; 0 reduces every array on its own.
+    /// Largest fusion run, in wire bytes; 0 reduces every array on its own.
     pub fusion_bytes: usize,
+    /// Pack a run of several arrays into one buffer when its arrays average fewer bytes than
+    /// this (0: never; compressed runs always pack).
+    pub pack_below: usize,
     /// Each array's shape.
     pub shapes: Vec<Vec<usize>>,
     /// The submitting thread (see [`Call::thread`]).
@@ -159,10 +166,13 @@ pub fn allreduce_group_on(
     };
     let runs = fusion_runs(&wire_lengths, group.fusion_bytes);
     let tuning = comm.settings().tuning;
+    let factors = Factors {
+        pre: group.prescale,
+        post: group.postscale,
+    };
     for (index, run) in runs.iter().cloned().enumerate() {
         let wire_bytes: usize = wire_lengths[run.clone()].iter().sum();
-        let alone = run.len() == 1 && !compressed;
-        let op = if alone { group.op } else { wire_op };
+        let op = if compressed { wire_op } else { group.op };
         let chosen = choose(&group.algorithm, wire, op, wire_bytes);
         let call = Call {
             algorithm: chosen.as_ref().map_or("-", |s| s.name()),
@@ -175,35 +185,56 @@ pub fn allreduce_group_on(
         };
         comm.begin(&call, None)?;
         let started = Instant::now();
-        if alone {
-            let array = &mut *arrays[run.start];
-            convert::scale(dtype, array, group.prescale)?;
-            let reduction = Reduction { dtype, op };
-            schedules::allreduce(comm.transport(), schedule, array, reduction, &tuning)?;
-            convert::scale(dtype, array, group.postscale)?;
+        let transport = comm.transport();
+        let packs = compressed || (run.len() > 1 && wire_bytes / run.len() < group.pack_below);
+        if !packs {
+            let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a).collect());
+            schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)?;
             stats::record(schedule.name(), wire_bytes, started.elapsed());
             continue;
         }
         let mut fusion = Scratch::new(wire_bytes);
         let fusion = fusion.bytes(wire_bytes)?;
+        let pack_scale = if compressed { group.prescale } else { 1.0 };
         let mut offset = 0;
         for i in run.clone() {
             let part = &mut fusion[offset..offset + wire_lengths[i]];
-            convert::convert(dtype, arrays[i], wire, part, group.prescale)?;
+            convert::convert(dtype, arrays[i], wire, part, pack_scale)?;
             offset += wire_lengths[i];
         }
-        let reduction = Reduction {
-            dtype: wire,
-            op: wire_op,
+        let mut packed = Parts::one(fusion);
+        // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
+        // wire only sums, and unpacking widens, divides and scales in one pass.
+        let wire_factors = if compressed { Factors::NONE } else { factors };
+        schedules::allreduce(
+            transport,
+            schedule,
+            &mut packed,
+            wire,
+            op,
+            wire_factors,
+            &tuning,
+        )?;
+        let finish = if compressed {
+            let divide_by = if group.op == ReduceOp::Avg {
+                comm.size()
+            } else {
+                1
+            };
+            Finish {
+                divide_by,
+                multiply: group.postscale,
+            }
+        } else {
+            Finish {
+                divide_by: 1,
+                multiply: 1.0,
+            }
         };
-        schedules::allreduce(comm.transport(), schedule, fusion, reduction, &tuning)?;
         let mut offset = 0;
         for i in run {
             let part = &fusion[offset..offset + wire_lengths[i]];
-            convert::convert(wire, part, dtype, arrays[i], group.postscale)?;
-            if compressed && group.op == ReduceOp::Avg {
-                kernels::divide(dtype, arrays[i], comm.size())?;
-            }
+            convert::convert_finishing(wire, part, dtype, arrays[i], finish)?;
             offset += wire_lengths[i];
         }
         stats::record(schedule.name(), wire_bytes, started.elapsed());

@@ -7,7 +7,7 @@ use super::communicator::Communicator;
 use super::{pick, process};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::kernels;
+use crate::kernels::{self, Finish};
 use crate::schedules::{self, Reduction, REDUCE_SCATTER};
 use crate::worker;
 
@@ -76,10 +76,24 @@ pub fn reduce_scatter_on(
     let mut work = vec![0u64; input.len().div_ceil(8)];
     let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut work)[..input.len()];
     bytes.copy_from_slice(input);
-    schedule.run(comm.transport(), bytes, &blocks, &Reduction { dtype, op })?;
+    let ranks = comm.size();
+    let folded = ranks > 1 && schedule.folds_scaling();
+    let reduction = Reduction {
+        ranks,
+        scaled: folded,
+        ..Reduction::plain(dtype, op)
+    };
+    schedule.run(comm.transport(), bytes, &blocks, &reduction)?;
     let mine = &mut bytes[blocks[comm.rank()].clone()];
-    if op == ReduceOp::Avg {
-        kernels::divide(dtype, mine, comm.size())?;
+    if op == ReduceOp::Avg && !folded {
+        kernels::finish(
+            dtype,
+            mine,
+            Finish {
+                divide_by: ranks,
+                multiply: 1.0,
+            },
+        )?;
     }
     let mut storage = vec![0u64; mine.len().div_ceil(8)];
     bytemuck::cast_slice_mut::<u64, u8>(&mut storage)[..mine.len()].copy_from_slice(mine);

@@ -1,6 +1,5 @@
 //! Cutting a buffer into near-equal blocks at element boundaries.
 
-use crate::error::{CoreError, Result};
 use std::ops::Range;
 
 /// `parts` byte ranges covering `count` elements of `elem` bytes: the first `count % parts`
@@ -41,25 +40,6 @@ impl Blocks {
     }
 }
 
-/// `buf[send]` to read and `buf[recv]` to write at once; the ranges must not overlap.
-pub(crate) fn split_pair(
-    buf: &mut [u8],
-    send: Range<usize>,
-    recv: Range<usize>,
-) -> Result<(&[u8], &mut [u8])> {
-    if send.end <= recv.start {
-        let (head, tail) = buf.split_at_mut(recv.start);
-        Ok((&head[send], &mut tail[..recv.len()]))
-    } else if recv.end <= send.start {
-        let (head, tail) = buf.split_at_mut(send.start);
-        Ok((&tail[..send.len()], &mut head[recv]))
-    } else {
-        Err(CoreError::InvalidArgument(format!(
-            "internal: overlapping send {send:?} and receive {recv:?}"
-        )))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,13 +60,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn split_pair_rejects_overlap() {
-        let mut buf = [0u8; 8];
-        assert!(split_pair(&mut buf, 0..4, 2..6).is_err());
-        let (s, r) = split_pair(&mut buf, 4..8, 0..4).expect("disjoint");
-        assert_eq!((s.len(), r.len()), (4, 4));
     }
 }

@@ -10,10 +10,15 @@
 //! Rounds per rank: 2·log2(p') in the core, plus one fold step in and one out for the 2r ranks
 //! that fold. Scratch: the larger half of the blocks, at most ⌈count/2⌉ + p'/4 elements.
 
-use super::blocks::{split_pair, Blocks};
-use super::{largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Reduction, Tuning};
+use super::blocks::Blocks;
+use super::exchange::{receive_all, send_all, send_and_receive, swap};
+use super::{
+    largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Parts, Reduction, Tuning,
+};
 use crate::error::Result;
+use crate::kernels::Order;
 use crate::scratch::Scratch;
+use crate::transport::Destination;
 use crate::transport::Transport;
 use std::ops::Range;
 
@@ -90,48 +95,59 @@ impl Algorithm for HalvingDoubling {
             reduced: core.reduced + m,
         }
     }
+
+    fn folds_scaling(&self) -> bool {
+        true
+    }
 }
 
 impl Allreduce for HalvingDoubling {
+    /// Scaling: a rank's own data is fresh until it first combines (the fold, or core step 0);
+    /// the partner's data at step 0 is fresh unless the partner absorbed a folded rank; the last
+    /// halving step finishes the block the rank keeps.
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
         let (n, rank) = (transport.size(), transport.rank());
-        if n == 1 {
-            return Ok(());
-        }
         let elem = reduction.elem_size();
-        let count = buf.len() / elem;
+        let len = buf.len();
         let pof2 = largest_power_of_two(n);
-        let blocks = Blocks::new(count, pof2, elem);
+        let blocks = Blocks::new(len / elem, pof2, elem);
         // The first halving step receives the larger half (the lower blocks hold the extra
         // elements); the fold's halves are no larger.
         let mut scratch = Scratch::new(blocks.span(0..pof2 / 2).len());
+        let absorbed = |real: usize| matches!(Role::of(real, n), Role::Core { absorbs: Some(_), .. });
 
         match Role::of(rank, n) {
             Role::Folded { partner } => {
-                for half in fold_halves(buf.len(), elem) {
-                    transport.isend(&buf[half], partner)?.wait()?;
+                for half in fold_halves(len, elem) {
+                    let pieces = buf.get(half)?;
+                    transport.isend_pieces(&pieces, partner)?.wait()?;
                 }
-                transport.irecv(buf, partner)?.wait()
+                receive_all(transport, buf, partner)
             }
             Role::Core { core_rank, absorbs } => {
                 if let Some(folded) = absorbs {
-                    for half in fold_halves(buf.len(), elem) {
+                    let scaling = reduction.scaling(true, true, false);
+                    for half in fold_halves(len, elem) {
                         let incoming = scratch.bytes(half.len())?;
-                        transport.irecv(incoming, folded)?.wait()?;
-                        reduction.combine(&mut buf[half], incoming)?;
+                        let cuts = buf.cuts(half.clone())?;
+                        let destination = Destination::Cut { buf: &mut *incoming, cuts };
+                        transport.irecv_to(destination, folded)?.wait()?;
+                        let mut target = buf.get_mut(half)?;
+                        reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
                     }
                 }
+                let steps = log2_floor(pof2);
                 let mut held = 0..pof2; // block indices this rank is responsible for
                 let mut exchanges = Vec::new(); // (partner, kept, given) per halving step
 
-                let mut mask = 1;
-                while mask < pof2 {
+                for step in 0..steps {
+                    let mask = 1 << step;
                     let partner = real_rank(core_rank ^ mask, n);
                     let mid = held.start + (held.end - held.start) / 2;
                     let (kept, given) = if core_rank & mask == 0 {
@@ -141,23 +157,26 @@ impl Allreduce for HalvingDoubling {
                     };
                     let (send, recv) = (blocks.span(given.clone()), blocks.span(kept.clone()));
                     let incoming = scratch.bytes(recv.len())?;
-                    transport.sendrecv(&buf[send], partner, incoming, partner)?;
-                    reduction.combine(&mut buf[recv], incoming)?;
+                    send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?;
+                    let scaling = reduction.scaling(
+                        step == 0 && absorbs.is_none(),
+                        step == 0 && !absorbed(partner),
+                        step + 1 == steps,
+                    );
+                    let mut target = buf.get_mut(recv)?;
+                    reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
                     exchanges.push((partner, kept.clone(), given));
                     held = kept;
-                    mask <<= 1;
                 }
                 drop(scratch);
 
                 // Undo the halvings in reverse: give what we finished, take what the partner did.
                 for (partner, kept, given) in exchanges.into_iter().rev() {
-                    let (outgoing, incoming) =
-                        split_pair(buf, blocks.span(kept), blocks.span(given))?;
-                    transport.sendrecv(outgoing, partner, incoming, partner)?;
+                    swap(transport, buf, blocks.span(kept), partner, blocks.span(given), partner)?;
                 }
 
                 if let Some(folded) = absorbs {
-                    transport.isend(buf, folded)?.wait()?;
+                    send_all(transport, buf, folded)?;
                 }
                 Ok(())
             }

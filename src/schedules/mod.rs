@@ -10,10 +10,14 @@
 //! below; `ringlet.ALGORITHMS`, `explain()`, the selector and the benchmarks take it from there.
 
 mod blocks;
+mod exchange;
+mod parts;
+
+pub use parts::Parts;
 
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::kernels::{self, Order};
+use crate::kernels::{self, convert, Finish, Order, Scaling};
 use crate::transport::Transport;
 use std::ops::Range;
 
@@ -61,26 +65,101 @@ registry!(
 
 pub mod barrier;
 
-/// How two partial results combine: a dtype and an op, applied by the kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How partial results combine: a dtype and an op, applied by the kernels, and the scaling a
+/// schedule folds into its combines when `scaled` (see [`Reduction::scaling`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reduction {
     pub dtype: DType,
     pub op: ReduceOp,
+    /// Each rank's input is multiplied by `pre` where the schedule first reads it.
+    pub pre: f64,
+    /// The result is divided by `ranks` for `avg`, then multiplied by `post`, where the
+    /// schedule combines it for the last time.
+    pub post: f64,
+    pub ranks: usize,
+    /// Whether the schedule applies `pre`, `post` and `avg`'s division (else the caller does).
+    pub scaled: bool,
 }
 
 impl Reduction {
+    /// Combining only: no factors, and `avg` is left undivided.
+    pub fn plain(dtype: DType, op: ReduceOp) -> Self {
+        Reduction {
+            dtype,
+            op,
+            pre: 1.0,
+            post: 1.0,
+            ranks: 1,
+            scaled: false,
+        }
+    }
+
     pub fn elem_size(&self) -> usize {
         self.dtype.size()
     }
 
-    /// `acc = acc ⊕ other`.
-    pub fn combine(&self, acc: &mut [u8], other: &[u8]) -> Result<()> {
-        kernels::combine(self.dtype, self.op, acc, other, Order::AccFirst)
+    /// The last thing done to each finished element, if anything.
+    pub fn finish(&self) -> Option<Finish> {
+        let divide_by = if self.op == ReduceOp::Avg {
+            self.ranks
+        } else {
+            1
+        };
+        (divide_by != 1 || self.post != 1.0).then_some(Finish {
+            divide_by,
+            multiply: self.post,
+        })
+    }
+
+    /// The scaling of one combine: `acc_fresh` / `other_fresh` say whether that side is still a
+    /// rank's own input (it gets `pre`), `last` whether the combine finishes its elements.
+    pub fn scaling(&self, acc_fresh: bool, other_fresh: bool, last: bool) -> Scaling {
+        if !self.scaled {
+            return Scaling::NONE;
+        }
+        let factor = |fresh: bool| if fresh { self.pre } else { 1.0 };
+        Scaling {
+            acc: factor(acc_fresh),
+            other: factor(other_fresh),
+            finish: if last { self.finish() } else { None },
+        }
+    }
+
+    /// `acc = acc ⊕ other` with `scaling`.
+    pub fn combine(&self, acc: &mut [u8], other: &[u8], scaling: &Scaling) -> Result<()> {
+        self.combine_ordered(acc, other, Order::AccFirst, scaling)
     }
 
     /// `acc = acc ⊕ other` or `acc = other ⊕ acc`, for schedules that must fix the order.
-    pub fn combine_ordered(&self, acc: &mut [u8], other: &[u8], order: Order) -> Result<()> {
-        kernels::combine(self.dtype, self.op, acc, other, order)
+    pub fn combine_ordered(
+        &self,
+        acc: &mut [u8],
+        other: &[u8],
+        order: Order,
+        scaling: &Scaling,
+    ) -> Result<()> {
+        kernels::combine_scaled(self.dtype, self.op, acc, other, order, scaling)
+    }
+
+    /// [`combine_ordered`](Self::combine_ordered) into the pieces of a range: `other` holds the
+    /// range's bytes back to back.
+    pub fn combine_into(
+        &self,
+        acc: &mut [&mut [u8]],
+        other: &[u8],
+        order: Order,
+        scaling: &Scaling,
+    ) -> Result<()> {
+        let mut offset = 0;
+        for piece in acc.iter_mut() {
+            let len = piece.len();
+            let incoming = other.get(offset..offset + len).ok_or_else(|| {
+                CoreError::InvalidArgument("internal: pieces longer than the data".into())
+            })?;
+            self.combine_ordered(piece, incoming, order, scaling)?;
+            offset += len;
+        }
+        Ok(())
     }
 }
 
@@ -142,15 +221,22 @@ pub trait Algorithm: Sync {
     /// Its cost for `bytes` (the whole message: the vector reduced, broadcast or gathered) on
     /// `ranks` ranks.
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost;
+
+    /// Whether it applies [`Reduction`]'s scaling in its own combines (else the caller sweeps
+    /// the data before and after).
+    fn folds_scaling(&self) -> bool {
+        false
+    }
 }
 
 pub trait Allreduce: Algorithm {
-    /// Reduce `buf` in place across every rank of `transport`. On return every rank holds the
-    /// same bytes: the combination of all ranks' inputs (before any `avg` division).
+    /// Reduce `buf` in place across every rank of `transport` (at least 2). On return every
+    /// rank holds the same bytes: the combination of all ranks' inputs, scaled as `reduction`
+    /// says if the algorithm [folds scaling](Algorithm::folds_scaling).
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()>;
@@ -170,7 +256,8 @@ pub trait Allgather: Algorithm {
 
 pub trait ReduceScatter: Algorithm {
     /// Afterwards rank r holds in `buf[blocks[r]]` the combination over all ranks of that
-    /// block. Blocks are disjoint, one per rank, whole elements each.
+    /// block (scaled as `reduction` says if the algorithm folds scaling). Blocks are disjoint,
+    /// one per rank, whole elements each.
     fn run(
         &self,
         transport: &dyn Transport,
@@ -217,20 +304,79 @@ pub fn check_support<T: Algorithm + ?Sized>(
     )))
 }
 
-/// The whole allreduce: check the buffer, run the schedule, divide for `avg`.
+/// Each rank's input times `pre`, the result (after `avg`'s division) times `post`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Factors {
+    pub pre: f64,
+    pub post: f64,
+}
+
+impl Factors {
+    pub const NONE: Factors = Factors {
+        pre: 1.0,
+        post: 1.0,
+    };
+}
+
+/// The whole allreduce of `buf`: check it, run the schedule, and scale: folded into the
+/// schedule's combines when it can, else in a sweep before and after.
 pub fn allreduce(
     transport: &dyn Transport,
     schedule: &dyn Allreduce,
-    buf: &mut [u8],
-    reduction: Reduction,
+    buf: &mut Parts,
+    dtype: DType,
+    op: ReduceOp,
+    factors: Factors,
     tuning: &Tuning,
 ) -> Result<()> {
-    check_buffer(buf, reduction.dtype)?;
-    schedule.run(transport, buf, &reduction, tuning)?;
-    if reduction.op == ReduceOp::Avg {
-        kernels::divide(reduction.dtype, buf, transport.size())?;
+    for part in buf.parts() {
+        check_buffer(part, dtype)?;
+    }
+    let ranks = transport.size();
+    let folded = ranks > 1 && schedule.folds_scaling();
+    let reduction = Reduction {
+        dtype,
+        op,
+        pre: factors.pre,
+        post: factors.post,
+        ranks,
+        scaled: folded,
+    };
+    if !folded && factors.pre != 1.0 {
+        for part in buf.parts_mut() {
+            convert::scale(dtype, part, factors.pre)?;
+        }
+    }
+    if ranks > 1 {
+        schedule.run(transport, buf, &reduction, tuning)?;
+    }
+    if let (false, Some(finish)) = (folded, reduction.finish()) {
+        for part in buf.parts_mut() {
+            kernels::finish(dtype, part, finish)?;
+        }
     }
     Ok(())
+}
+
+/// [`allreduce`] of one contiguous buffer, without factors.
+pub fn allreduce_one(
+    transport: &dyn Transport,
+    schedule: &dyn Allreduce,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    tuning: &Tuning,
+) -> Result<()> {
+    let mut parts = Parts::one(buf);
+    allreduce(
+        transport,
+        schedule,
+        &mut parts,
+        dtype,
+        op,
+        Factors::NONE,
+        tuning,
+    )
 }
 
 /// A buffer of whole, aligned `dtype` elements.

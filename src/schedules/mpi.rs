@@ -3,7 +3,7 @@
 //! the way ringlet does.
 
 use super::{halving_doubling::HalvingDoubling, recursive_doubling::RecursiveDoubling};
-use super::{Algorithm, Allreduce, Cost, Reduction, Support, Tuning};
+use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::transport::mpi::{check, in_place, MpiTransport};
@@ -46,7 +46,7 @@ impl Allreduce for Mpi {
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
@@ -82,26 +82,29 @@ impl Allreduce for Mpi {
             (datatype, mpi_op)
         };
         let comm = mpi.raw()?;
-        if buf.is_empty() {
-            // Nothing to reduce; an empty slice's dangling pointer can even equal MPI_IN_PLACE.
-            return Ok(());
-        }
         let elem = dtype.size();
-        for piece in message_pieces(buf.len(), mpi.message_limit(), elem) {
-            let count = (piece.len() / elem) as c_int;
-            // SAFETY: in-place allreduce on `count` elements inside `buf`, which is live and
-            // exclusively borrowed for the call.
-            let code = unsafe {
-                ffi::MPI_Allreduce(
-                    in_place(),
-                    buf[piece].as_mut_ptr().cast(),
-                    count,
-                    datatype,
-                    mpi_op,
-                    comm,
-                )
-            };
-            check(code, "MPI_Allreduce")?;
+        // One MPI_Allreduce per part: MPI's own algorithm cannot span separate buffers.
+        for part in buf.parts_mut() {
+            if part.is_empty() {
+                // Nothing to reduce; an empty slice's dangling pointer can equal MPI_IN_PLACE.
+                continue;
+            }
+            for piece in message_pieces(part.len(), mpi.message_limit(), elem) {
+                let count = (piece.len() / elem) as c_int;
+                // SAFETY: in-place allreduce on `count` elements inside `part`, which is live
+                // and exclusively borrowed for the call.
+                let code = unsafe {
+                    ffi::MPI_Allreduce(
+                        in_place(),
+                        part[piece].as_mut_ptr().cast(),
+                        count,
+                        datatype,
+                        mpi_op,
+                        comm,
+                    )
+                };
+                check(code, "MPI_Allreduce")?;
+            }
         }
         Ok(())
     }

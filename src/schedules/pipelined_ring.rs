@@ -10,10 +10,11 @@
 //! more than N-1 blocks), whatever the message size.
 
 use super::blocks::Blocks;
-use super::{Algorithm, Allreduce, Cost, Reduction, Tuning};
+use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::{CoreError, Result};
+use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::{Request, Transport};
+use crate::transport::{Destination, Pieces, PiecesMut, Request, Transport};
 use std::collections::VecDeque;
 
 pub struct PipelinedRing;
@@ -21,29 +22,43 @@ pub struct PipelinedRing;
 /// Receives posted ahead of the one being reduced (and scratch slots for the reduce-scatter).
 pub const RECEIVE_WINDOW: usize = 4;
 
-/// The buffer cut into blocks, and each block into segments, as disjoint mutable cells that a
-/// phase can hand out one by one.
-type Cells<'p> = Vec<Vec<Option<&'p mut [u8]>>>;
+/// The vector cut into blocks, and each block into segments, as disjoint mutable cells (each
+/// the pieces of one segment) that a phase can hand out one by one.
+type Cells<'p> = Vec<Vec<Option<PiecesMut<'p>>>>;
 
-fn cut<'p>(buf: &'p mut [u8], blocks: &Blocks, n: usize, segment: usize) -> Cells<'p> {
-    let mut rest = buf;
-    (0..n)
-        .map(|b| {
-            let (block, tail) = std::mem::take(&mut rest).split_at_mut(blocks.block(b).len());
-            rest = tail;
-            if block.is_empty() {
-                vec![Some(block)] // still one (empty) message, so both sides count alike
-            } else {
-                block.chunks_mut(segment).map(Some).collect()
+fn cut<'p>(buf: &'p mut Parts, blocks: &Blocks, n: usize, segment: usize) -> Result<Cells<'p>> {
+    let mut ranges = Vec::new();
+    let mut per_block = Vec::with_capacity(n);
+    for b in 0..n {
+        let block = blocks.block(b);
+        let before = ranges.len();
+        if block.is_empty() {
+            ranges.push(block); // still one (empty) message, so both sides count alike
+        } else {
+            let mut start = block.start;
+            while start < block.end {
+                let end = (start + segment).min(block.end);
+                ranges.push(start..end);
+                start = end;
             }
-        })
-        .collect()
+        }
+        per_block.push(ranges.len() - before);
+    }
+    let mut carved = buf.carve(&ranges)?.into_iter();
+    Ok(per_block
+        .into_iter()
+        .map(|count| carved.by_ref().take(count).map(Some).collect())
+        .collect())
 }
 
-fn take<'p>(cells: &mut Cells<'p>, block: usize, segment: usize) -> Result<&'p mut [u8]> {
+fn take<'p>(cells: &mut Cells<'p>, block: usize, segment: usize) -> Result<PiecesMut<'p>> {
     cells[block][segment]
         .take()
         .ok_or_else(|| CoreError::InvalidArgument("internal: a segment was used twice".into()))
+}
+
+fn freeze(cell: PiecesMut<'_>) -> Pieces<'_> {
+    cell.into_iter().map(|p| -> &[u8] { p }).collect()
 }
 
 fn wait_all(requests: Vec<Request<'_>>) -> Result<()> {
@@ -64,20 +79,21 @@ impl Algorithm for PipelinedRing {
             reduced: (n - 1.0) / n * m,
         }
     }
+
+    fn folds_scaling(&self) -> bool {
+        true
+    }
 }
 
 impl Allreduce for PipelinedRing {
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
         let n = transport.size();
-        if n == 1 {
-            return Ok(());
-        }
         let elem = reduction.elem_size();
         let blocks = Blocks::new(buf.len() / elem, n, elem);
         // Whole elements per segment, and never more than a block.
@@ -89,10 +105,10 @@ impl Allreduce for PipelinedRing {
     }
 }
 
-/// After this, rank r holds the full reduction of block r (as in [`super::ring`]).
+/// After this, rank r holds the full reduction of block r (scaled as in [`super::ring`]).
 fn reduce_scatter(
     transport: &dyn Transport,
-    buf: &mut [u8],
+    buf: &mut Parts,
     blocks: &Blocks,
     segment: usize,
     reduction: &Reduction,
@@ -100,7 +116,7 @@ fn reduce_scatter(
     let (n, rank) = (transport.size(), transport.rank());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     let behind = |k: usize| (rank + 2 * n - k) % n;
-    let mut cells = cut(buf, blocks, n, segment);
+    let mut cells = cut(buf, blocks, n, segment)?;
     // Step s sends block r-s-1 and receives block r-s-2, segment by segment: (step, segment)
     // in wire order.
     let first = behind(1);
@@ -119,14 +135,17 @@ fn reduce_scatter(
     let mut posted = 0;
 
     for j in 0..cells[first].len() {
-        sending.push(transport.isend(take(&mut cells, first, j)?, right)?);
+        let cell = freeze(take(&mut cells, first, j)?);
+        sending.push(transport.isend_pieces(&cell, right)?);
     }
     for next in 0..units.len() {
         while posted < units.len() && !free_slots.is_empty() {
             let (step, j) = units[posted];
-            let len = cells[behind(step + 2)][j].as_ref().map_or(0, |c| c.len());
+            let cell = cells[behind(step + 2)][j].as_ref();
+            let cuts = cell.map(|c| c.iter().map(|p| p.len()).collect()).unwrap_or_default();
             let slot = free_slots.pop().ok_or_else(|| internal("no free slot"))?;
-            receiving.push_back((posted, transport.irecv_into(slot, len, left)?));
+            let destination = Destination::Cut { buf: slot, cuts };
+            receiving.push_back((posted, transport.irecv_to(destination, left)?));
             posted += 1;
         }
         let (unit, request) = receiving
@@ -135,11 +154,12 @@ fn reduce_scatter(
         debug_assert_eq!(unit, next);
         let (step, j) = units[unit];
         let arrived = request.wait_for_data()?;
-        let cell = take(&mut cells, behind(step + 2), j)?;
-        reduction.combine(cell, &arrived[..cell.len()])?;
+        let mut cell = take(&mut cells, behind(step + 2), j)?;
+        let scaling = reduction.scaling(true, step == 0, step + 2 == n);
+        reduction.combine_into(&mut cell, arrived, Order::AccFirst, &scaling)?;
         free_slots.push(arrived);
         if step + 1 < n - 1 {
-            sending.push(transport.isend(cell, right)?);
+            sending.push(transport.isend_pieces(&freeze(cell), right)?);
         }
     }
     wait_all(sending)
@@ -148,7 +168,7 @@ fn reduce_scatter(
 /// Pass the finished blocks around: rank r starts with block r, receives block r-s-1 at step s.
 fn allgather(
     transport: &dyn Transport,
-    buf: &mut [u8],
+    buf: &mut Parts,
     blocks: &Blocks,
     segment: usize,
 ) -> Result<()> {
@@ -156,7 +176,7 @@ fn allgather(
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     let behind = |k: usize| (rank + 2 * n - k) % n;
     let owned = rank;
-    let mut cells = cut(buf, blocks, n, segment);
+    let mut cells = cut(buf, blocks, n, segment)?;
     let units: Vec<(usize, usize)> = (0..n - 1)
         .flat_map(|step| (0..cells[behind(step + 1)].len()).map(move |j| (step, j)))
         .collect();
@@ -166,20 +186,22 @@ fn allgather(
     let mut posted = 0;
 
     for j in 0..cells[owned].len() {
-        sending.push(transport.isend(take(&mut cells, owned, j)?, right)?);
+        let cell = freeze(take(&mut cells, owned, j)?);
+        sending.push(transport.isend_pieces(&cell, right)?);
     }
     for &(step, _) in &units {
         while posted < units.len() && receiving.len() < RECEIVE_WINDOW {
             let (s, j) = units[posted];
-            receiving.push_back(transport.irecv(take(&mut cells, behind(s + 1), j)?, left)?);
+            let cell = take(&mut cells, behind(s + 1), j)?;
+            receiving.push_back(transport.irecv_to(Destination::Pieces(cell), left)?);
             posted += 1;
         }
         let arrived = receiving
             .pop_front()
             .ok_or_else(|| internal("no receive posted"))?
-            .wait_for_data()?;
+            .wait_for_pieces()?;
         if step + 1 < n - 1 {
-            sending.push(transport.isend(arrived, right)?);
+            sending.push(transport.isend_pieces(&freeze(arrived), right)?);
         }
     }
     wait_all(sending)

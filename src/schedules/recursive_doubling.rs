@@ -7,12 +7,16 @@
 //! payloads). Large buffers run as independent pieces of at most `PIECE_BYTES`, which bounds
 //! the scratch: the algorithm needs a receive buffer as large as what it exchanges.
 
+use super::exchange::send_and_receive;
 use super::halving_doubling::{real_rank, Role};
-use super::{largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Reduction, Tuning};
+use super::{
+    largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Parts, Reduction, Tuning,
+};
 use crate::error::Result;
-use crate::scratch::Scratch;
 use crate::kernels::Order;
-use crate::transport::{message_pieces, Transport};
+use crate::scratch::Scratch;
+use crate::transport::{message_pieces, Destination, Transport};
+use std::ops::Range;
 
 pub struct RecursiveDoubling;
 
@@ -37,65 +41,83 @@ impl Algorithm for RecursiveDoubling {
             reduced: (rounds - if folded { 1.0 } else { 0.0 }) * m,
         }
     }
+
+    fn folds_scaling(&self) -> bool {
+        true
+    }
 }
 
 impl Allreduce for RecursiveDoubling {
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let n = transport.size();
-        if n == 1 {
-            return Ok(());
-        }
         let elem = reduction.elem_size();
-        let mut scratch = Scratch::new(buf.len().min(PIECE_BYTES / elem * elem));
-        for piece in message_pieces(buf.len(), PIECE_BYTES, elem) {
-            let piece = &mut buf[piece];
+        let len = buf.len();
+        let mut scratch = Scratch::new(len.min(PIECE_BYTES / elem * elem));
+        for piece in message_pieces(len, PIECE_BYTES, elem) {
             let incoming = scratch.bytes(piece.len())?;
-            reduce_piece(transport, piece, incoming, reduction)?;
+            reduce_piece(transport, buf, piece, incoming, reduction)?;
         }
         Ok(())
     }
 }
 
+/// Scaling: a rank's own data is fresh until its first combine (the fold, or round 0); a
+/// partner's at round 0 unless it absorbed a folded rank; the last round finishes.
 fn reduce_piece(
     transport: &dyn Transport,
-    buf: &mut [u8],
+    buf: &mut Parts,
+    piece: Range<usize>,
     incoming: &mut [u8],
     reduction: &Reduction,
 ) -> Result<()> {
     let (n, rank) = (transport.size(), transport.rank());
+    let absorbed = |real: usize| matches!(Role::of(real, n), Role::Core { absorbs: Some(_), .. });
     match Role::of(rank, n) {
         Role::Folded { partner } => {
-            transport.isend(buf, partner)?.wait()?;
-            transport.irecv(buf, partner)?.wait()
+            {
+                let outgoing = buf.get(piece.clone())?;
+                transport.isend_pieces(&outgoing, partner)?.wait()?;
+            }
+            let target = buf.get_mut(piece)?;
+            transport.irecv_to(Destination::Pieces(target), partner)?.wait()
         }
         Role::Core { core_rank, absorbs } => {
             if let Some(folded) = absorbs {
-                transport.irecv(incoming, folded)?.wait()?;
+                let cuts = buf.cuts(piece.clone())?;
+                let destination = Destination::Cut { buf: &mut *incoming, cuts };
+                transport.irecv_to(destination, folded)?.wait()?;
                 // The folded rank is the lower one.
-                reduction.combine_ordered(buf, incoming, Order::OtherFirst)?;
+                let scaling = reduction.scaling(true, true, false);
+                let mut target = buf.get_mut(piece.clone())?;
+                reduction.combine_into(&mut target, incoming, Order::OtherFirst, &scaling)?;
             }
-            let pof2 = largest_power_of_two(n);
-            let mut mask = 1;
-            while mask < pof2 {
-                let partner_core = core_rank ^ mask;
+            let rounds = log2_floor(largest_power_of_two(n));
+            for round in 0..rounds {
+                let partner_core = core_rank ^ (1 << round);
                 let partner = real_rank(partner_core, n);
-                transport.sendrecv(buf, partner, incoming, partner)?;
+                let range = piece.clone();
+                send_and_receive(transport, buf, range.clone(), partner, incoming, range, partner)?;
                 let order = if partner_core < core_rank {
                     Order::OtherFirst
                 } else {
                     Order::AccFirst
                 };
-                reduction.combine_ordered(buf, incoming, order)?;
-                mask <<= 1;
+                let scaling = reduction.scaling(
+                    round == 0 && absorbs.is_none(),
+                    round == 0 && !absorbed(partner),
+                    round + 1 == rounds,
+                );
+                let mut target = buf.get_mut(piece.clone())?;
+                reduction.combine_into(&mut target, incoming, order, &scaling)?;
             }
             if let Some(folded) = absorbs {
-                transport.isend(buf, folded)?.wait()?;
+                let outgoing = buf.get(piece)?;
+                transport.isend_pieces(&outgoing, folded)?.wait()?;
             }
             Ok(())
         }

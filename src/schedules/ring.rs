@@ -17,9 +17,11 @@
 //! allgather with uneven per-rank sizes ([`super::ring_reduce_scatter`],
 //! [`super::ring_allgather`]).
 
-use super::blocks::{split_pair, Blocks};
-use super::{Algorithm, Allreduce, Cost, Reduction, Tuning};
+use super::blocks::Blocks;
+use super::exchange::{send_and_receive, swap};
+use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::{CoreError, Result};
+use crate::kernels::Order;
 use crate::scratch::Scratch;
 use crate::transport::Transport;
 use std::ops::Range;
@@ -39,20 +41,21 @@ impl Algorithm for Ring {
             reduced: (n - 1.0) / n * m,
         }
     }
+
+    fn folds_scaling(&self) -> bool {
+        true
+    }
 }
 
 impl Allreduce for Ring {
     fn run(
         &self,
         transport: &dyn Transport,
-        buf: &mut [u8],
+        buf: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
         let n = transport.size();
-        if n == 1 {
-            return Ok(());
-        }
         let elem = reduction.elem_size();
         let even = Blocks::new(buf.len() / elem, n, elem);
         let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
@@ -61,14 +64,12 @@ impl Allreduce for Ring {
     }
 }
 
-fn check_blocks(transport: &dyn Transport, buf: &[u8], blocks: &[Range<usize>]) -> Result<()> {
-    if blocks.len() != transport.size()
-        || blocks.iter().any(|b| b.start > b.end || b.end > buf.len())
+fn check_blocks(transport: &dyn Transport, len: usize, blocks: &[Range<usize>]) -> Result<()> {
+    if blocks.len() != transport.size() || blocks.iter().any(|b| b.start > b.end || b.end > len)
     {
         return Err(CoreError::InvalidArgument(format!(
-            "the ring needs one block per rank ({}) inside the {}-byte buffer",
+            "the ring needs one block per rank ({}) inside the {len}-byte buffer",
             transport.size(),
-            buf.len()
         )));
     }
     Ok(())
@@ -76,31 +77,39 @@ fn check_blocks(transport: &dyn Transport, buf: &[u8], blocks: &[Range<usize>]) 
 
 /// After this, rank r holds the reduction over all ranks of `buf[blocks[r]]`. Blocks must be
 /// disjoint and a whole number of elements each.
+///
+/// Each rank's own block b is combined exactly once (when the partial sum of b arrives), and
+/// what arrives is a partial sum except at the first step, when it is the left neighbour's own
+/// block: so `pre` goes on the own side always and on the incoming side at step 0, and the last
+/// step finishes the block.
 pub fn reduce_scatter(
     transport: &dyn Transport,
-    buf: &mut [u8],
+    buf: &mut Parts,
     blocks: &[Range<usize>],
     reduction: &Reduction,
 ) -> Result<()> {
-    check_blocks(transport, buf, blocks)?;
+    check_blocks(transport, buf.len(), blocks)?;
     let (n, rank) = (transport.size(), transport.rank());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     // Block index `rank - k` (mod n), kept non-negative.
     let behind = |k: usize| (rank + 2 * n - k) % n;
     let largest = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     let mut scratch = Scratch::new(largest);
-    for step in 0..n.saturating_sub(1) {
+    let steps = n.saturating_sub(1);
+    for step in 0..steps {
         let (send, recv) = (&blocks[behind(step + 1)], &blocks[behind(step + 2)]);
         let incoming = scratch.bytes(recv.len())?;
-        transport.sendrecv(&buf[send.clone()], right, incoming, left)?;
-        reduction.combine(&mut buf[recv.clone()], incoming)?;
+        send_and_receive(transport, buf, send.clone(), right, incoming, recv.clone(), left)?;
+        let scaling = reduction.scaling(true, step == 0, step + 1 == steps);
+        let mut target = buf.get_mut(recv.clone())?;
+        reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
     }
     Ok(())
 }
 
 /// Rank r starts with `buf[blocks[r]]` filled and ends with every block filled.
-pub fn allgather(transport: &dyn Transport, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
-    check_blocks(transport, buf, blocks)?;
+pub fn allgather(transport: &dyn Transport, buf: &mut Parts, blocks: &[Range<usize>]) -> Result<()> {
+    check_blocks(transport, buf.len(), blocks)?;
     let (n, rank) = (transport.size(), transport.rank());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     let behind = |k: usize| (rank + 2 * n - k) % n;
@@ -109,8 +118,7 @@ pub fn allgather(transport: &dyn Transport, buf: &mut [u8], blocks: &[Range<usiz
             blocks[behind(step)].clone(),
             blocks[behind(step + 1)].clone(),
         );
-        let (outgoing, incoming) = split_pair(buf, send, recv)?;
-        transport.sendrecv(outgoing, right, incoming, left)?;
+        swap(transport, buf, send, right, recv, left)?;
     }
     Ok(())
 }

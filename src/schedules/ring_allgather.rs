@@ -3,7 +3,7 @@
 //! Each rank sends every block but its right neighbour's once: (N-1)/N·m for equal blocks,
 //! the lower bound for allgather.
 
-use super::{ring, Algorithm, Allgather, Cost, Tuning};
+use super::{ring, Algorithm, Allgather, Cost, Parts, Tuning};
 use crate::error::Result;
 use crate::transport::Transport;
 use std::ops::Range;
@@ -32,6 +32,6 @@ impl Allgather for RingAllgather {
         buf: &mut [u8],
         blocks: &[Range<usize>],
     ) -> Result<()> {
-        ring::allgather(transport, buf, blocks)
+        ring::allgather(transport, &mut Parts::one(buf), blocks)
     }
 }

@@ -3,7 +3,7 @@
 //! blocks may differ in size per rank. Each rank sends (N-1)/N·m for equal blocks, the lower
 //! bound for reduce-scatter; scratch is one block.
 
-use super::{ring, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
+use super::{ring, Algorithm, Cost, Parts, Reduction, ReduceScatter, Tuning};
 use crate::error::Result;
 use crate::transport::Transport;
 use std::ops::Range;
@@ -23,6 +23,10 @@ impl Algorithm for RingReduceScatter {
             reduced: (n - 1.0) / n * m,
         }
     }
+
+    fn folds_scaling(&self) -> bool {
+        true
+    }
 }
 
 impl ReduceScatter for RingReduceScatter {
@@ -33,6 +37,6 @@ impl ReduceScatter for RingReduceScatter {
         blocks: &[Range<usize>],
         reduction: &Reduction,
     ) -> Result<()> {
-        ring::reduce_scatter(transport, buf, blocks, reduction)
+        ring::reduce_scatter(transport, &mut Parts::one(buf), blocks, reduction)
     }
 }

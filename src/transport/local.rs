@@ -5,7 +5,7 @@
 //! what it sends, so tests can check a schedule's traffic exactly.
 
 use super::{
-    check_receive_length, message_pieces, wrong_length, Pending, Request, Transport, Watcher,
+    message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 use crate::error::{CoreError, Result};
@@ -104,8 +104,9 @@ impl LocalTransport {
 }
 
 struct LocalReceive<'a> {
-    buf: &'a mut [u8],
-    pieces: Vec<Range<usize>>,
+    destination: Destination<'a>,
+    /// (piece of the destination, byte range within it) per wire message, in order.
+    messages: Vec<(usize, Range<usize>)>,
     next: usize,
     channel: &'a Receiver<Vec<u8>>,
     source: usize,
@@ -115,7 +116,7 @@ struct LocalReceive<'a> {
 impl<'a> Pending<'a> for LocalReceive<'a> {
     fn wait_for(&mut self, limit: Duration) -> Result<bool> {
         let deadline = Instant::now() + limit;
-        while let Some(piece) = self.pieces.get(self.next).cloned() {
+        while let Some((index, piece)) = self.messages.get(self.next).cloned() {
             let left = deadline.saturating_duration_since(Instant::now());
             let message = match self.channel.recv_timeout(left) {
                 Ok(message) => message,
@@ -138,7 +139,12 @@ impl<'a> Pending<'a> for LocalReceive<'a> {
             if message.len() != piece.len() {
                 return Err(wrong_length(self.source, piece.len(), message.len()));
             }
-            self.buf[piece].copy_from_slice(&message);
+            let target = self
+                .destination
+                .piece_mut(index)
+                .and_then(|p| p.get_mut(piece))
+                .ok_or_else(|| CoreError::InvalidArgument("internal: no such piece".into()))?;
+            target.copy_from_slice(&message);
             self.next += 1;
         }
         Ok(true)
@@ -148,8 +154,8 @@ impl<'a> Pending<'a> for LocalReceive<'a> {
         self.source
     }
 
-    fn into_buffer(self: Box<Self>) -> Option<&'a mut [u8]> {
-        Some(self.buf)
+    fn into_destination(self: Box<Self>) -> Option<Destination<'a>> {
+        Some(self.destination)
     }
 }
 
@@ -162,31 +168,37 @@ impl Transport for LocalTransport {
         self.to.len()
     }
 
-    fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>> {
+    fn isend_pieces<'a>(&'a self, pieces: &[&'a [u8]], dest: usize) -> Result<Request<'a>> {
         self.check_peer(dest)?;
-        for piece in message_pieces(data.len(), self.max_message_bytes, 1) {
-            self.largest_message
-                .set(self.largest_message.get().max(piece.len()));
-            self.to[dest]
-                .send(data[piece].to_vec())
-                .map_err(|_| CoreError::Communication(format!("rank {dest} has exited")))?;
+        for data in pieces {
+            for piece in message_pieces(data.len(), self.max_message_bytes, 1) {
+                self.largest_message
+                    .set(self.largest_message.get().max(piece.len()));
+                self.to[dest]
+                    .send(data[piece].to_vec())
+                    .map_err(|_| CoreError::Communication(format!("rank {dest} has exited")))?;
+            }
         }
-        self.bytes_sent.set(self.bytes_sent.get() + data.len());
+        let bytes: usize = pieces.iter().map(|p| p.len()).sum();
+        self.bytes_sent.set(self.bytes_sent.get() + bytes);
         self.messages_sent.set(self.messages_sent.get() + 1);
         Ok(Request::done())
     }
 
-    fn irecv_into<'a>(
-        &'a self,
-        buf: &'a mut [u8],
-        len: usize,
-        source: usize,
-    ) -> Result<Request<'a>> {
+    fn irecv_to<'a>(&'a self, destination: Destination<'a>, source: usize) -> Result<Request<'a>> {
         self.check_peer(source)?;
-        check_receive_length(len, buf.len())?;
+        destination.check()?;
+        let messages = destination
+            .lengths()
+            .iter()
+            .enumerate()
+            .flat_map(|(index, &len)| {
+                message_pieces(len, self.max_message_bytes, 1).map(move |piece| (index, piece))
+            })
+            .collect();
         let receive = LocalReceive {
-            buf,
-            pieces: message_pieces(len, self.max_message_bytes, 1).collect(),
+            destination,
+            messages,
             next: 0,
             channel: &self.from[source],
             source,

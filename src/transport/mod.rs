@@ -2,6 +2,10 @@
 //! collective is.
 //!
 //! A schedule sees only this trait: ranks, nonblocking send and receive with wait, sendrecv.
+//! What a send or a receive covers may be several pieces of memory (the parts of a vector that
+//! spans several arrays): each piece travels as its own message (split at the message limit),
+//! and the receiver posts the same piece lengths, into its own pieces or into consecutive parts
+//! of one buffer.
 //! Two implementations: [`mpi::MpiTransport`] over an MPI communicator, and
 //! [`local::LocalTransport`], ranks as threads in one process, so that every schedule (and the
 //! runtime above them) is tested by `cargo test` at any rank count without MPI.
@@ -18,19 +22,72 @@ pub mod local;
 pub mod mpi;
 
 use crate::error::{CoreError, Result};
+use smallvec::{smallvec, SmallVec};
 use std::any::Any;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// An operation in flight, borrowing its buffer for `'a`.
+/// Pieces of memory that travel as one logical message (one piece is the common case).
+pub type Pieces<'a> = SmallVec<[&'a [u8]; 2]>;
+pub type PiecesMut<'a> = SmallVec<[&'a mut [u8]; 2]>;
+/// Lengths of consecutive pieces.
+pub type Cuts = SmallVec<[usize; 2]>;
+
+/// Where a receive puts what arrives.
+pub enum Destination<'a> {
+    /// Consecutive messages of the `cuts` lengths into the start of `buf`, which the wait
+    /// hands back whole (a schedule's scratch slot).
+    Cut { buf: &'a mut [u8], cuts: Cuts },
+    /// One message per piece, into the pieces themselves.
+    Pieces(PiecesMut<'a>),
+}
+
+impl<'a> Destination<'a> {
+    /// All of `buf` as one message.
+    pub fn whole(buf: &'a mut [u8]) -> Self {
+        let len = buf.len();
+        Destination::Cut {
+            buf,
+            cuts: smallvec![len],
+        }
+    }
+
+    /// The pieces' lengths, in order.
+    pub fn lengths(&self) -> Cuts {
+        match self {
+            Destination::Cut { cuts, .. } => cuts.clone(),
+            Destination::Pieces(pieces) => pieces.iter().map(|p| p.len()).collect(),
+        }
+    }
+
+    /// Piece `index`, to write into.
+    pub fn piece_mut(&mut self, index: usize) -> Option<&mut [u8]> {
+        match self {
+            Destination::Cut { buf, cuts } => {
+                let start: usize = cuts.get(..index)?.iter().sum();
+                buf.get_mut(start..start + cuts.get(index)?)
+            }
+            Destination::Pieces(pieces) => pieces.get_mut(index).map(|p| &mut **p),
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if let Destination::Cut { buf, cuts } = self {
+            check_receive_length(cuts.iter().sum(), buf.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// An operation in flight, borrowing its memory for `'a`.
 pub trait Pending<'a> {
     /// Wait at most `limit` for the operation to complete; `Ok(true)` once it has.
     fn wait_for(&mut self, limit: Duration) -> Result<bool>;
     /// The rank on the other end (for stall messages).
     fn peer(&self) -> usize;
-    /// A completed receive's buffer; `None` for sends.
-    fn into_buffer(self: Box<Self>) -> Option<&'a mut [u8]>;
+    /// A completed receive's destination; `None` for sends.
+    fn into_destination(self: Box<Self>) -> Option<Destination<'a>>;
 }
 
 /// Told how long a wait has lasted, now and then while it lasts (the runtime's stall
@@ -72,18 +129,29 @@ impl<'a> Request<'a> {
         self.complete().map(|_| ())
     }
 
-    /// Wait for a receive and get its buffer back, to reduce or forward what arrived.
+    /// Wait for a receive into one buffer and get it back, to reduce what arrived.
     pub fn wait_for_data(mut self) -> Result<&'a mut [u8]> {
-        self.complete()?
-            .ok_or_else(|| CoreError::InvalidArgument("internal: waited for data on a send".into()))
+        match self.complete()? {
+            Some(Destination::Cut { buf, .. }) => Ok(buf),
+            _ => Err(internal("waited for data on a send or a scattered receive")),
+        }
     }
 
-    fn complete(&mut self) -> Result<Option<&'a mut [u8]>> {
+    /// Wait for a receive and get its pieces back, to forward what arrived.
+    pub fn wait_for_pieces(mut self) -> Result<PiecesMut<'a>> {
+        match self.complete()? {
+            Some(Destination::Pieces(pieces)) => Ok(pieces),
+            Some(Destination::Cut { buf, .. }) => Ok(smallvec![buf]),
+            None => Err(internal("waited for data on a send")),
+        }
+    }
+
+    fn complete(&mut self) -> Result<Option<Destination<'a>>> {
         let Some(mut op) = self.op.take() else {
             return Ok(None);
         };
         if op.wait_for(WATCH_PERIOD)? {
-            return Ok(op.into_buffer());
+            return Ok(op.into_destination());
         }
         let started = Instant::now();
         let watcher = self.transport.and_then(|t| t.watcher().map(|w| (t, w)));
@@ -94,10 +162,14 @@ impl<'a> Request<'a> {
                 watcher.waiting(transport, op.peer(), waited, &mut flags);
             }
             if op.wait_for(WATCH_PERIOD)? {
-                return Ok(op.into_buffer());
+                return Ok(op.into_destination());
             }
         }
     }
+}
+
+fn internal(what: &str) -> CoreError {
+    CoreError::InvalidArgument(format!("internal: {what}"))
 }
 
 impl Drop for Request<'_> {
@@ -112,29 +184,56 @@ pub trait Transport {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
 
+    /// Start sending the pieces to `dest`, one message each (split at the message limit).
+    fn isend_pieces<'a>(&'a self, pieces: &[&'a [u8]], dest: usize) -> Result<Request<'a>>;
+
+    /// Start receiving from `source` into `destination`, one message per piece. A message of
+    /// another length than its piece is an error.
+    fn irecv_to<'a>(&'a self, destination: Destination<'a>, source: usize) -> Result<Request<'a>>;
+
     /// Start sending `data` to `dest`.
-    fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>>;
+    fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>> {
+        self.isend_pieces(&[data], dest)
+    }
 
     /// Start receiving exactly `len` bytes from `source` into `buf[..len]`. Waiting with
     /// [`Request::wait_for_data`] hands back all of `buf`, so a schedule can reuse a fixed set of
-    /// scratch buffers for messages of varying size. A message of another length is an error.
+    /// scratch buffers for messages of varying size.
     fn irecv_into<'a>(
         &'a self,
         buf: &'a mut [u8],
         len: usize,
         source: usize,
-    ) -> Result<Request<'a>>;
+    ) -> Result<Request<'a>> {
+        self.irecv_to(
+            Destination::Cut {
+                buf,
+                cuts: smallvec![len],
+            },
+            source,
+        )
+    }
 
     /// Start receiving exactly `data.len()` bytes from `source` into `data`.
     fn irecv<'a>(&'a self, data: &'a mut [u8], source: usize) -> Result<Request<'a>> {
-        let len = data.len();
-        self.irecv_into(data, len, source)
+        self.irecv_to(Destination::whole(data), source)
     }
 
     /// Send to `dest` and receive from `source` at the same time (deadlock-free).
     fn sendrecv(&self, send: &[u8], dest: usize, recv: &mut [u8], source: usize) -> Result<()> {
-        let receiving = self.irecv(recv, source)?;
-        let sending = self.isend(send, dest)?;
+        self.sendrecv_pieces(&[send], dest, Destination::whole(recv), source)
+    }
+
+    /// [`sendrecv`](Self::sendrecv) of pieces.
+    fn sendrecv_pieces<'a>(
+        &'a self,
+        send: &[&'a [u8]],
+        dest: usize,
+        recv: Destination<'a>,
+        source: usize,
+    ) -> Result<()> {
+        let receiving = self.irecv_to(recv, source)?;
+        let sending = self.isend_pieces(send, dest)?;
         let received = receiving.wait();
         let sent = sending.wait();
         received.and(sent)

@@ -9,7 +9,7 @@
 //! short buffer.
 
 use super::{
-    check_receive_length, message_pieces, wrong_length, Pending, Request, Transport, Watcher,
+    message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 use crate::error::{CoreError, Result};
@@ -20,7 +20,6 @@ use smallvec::SmallVec;
 use std::any::Any;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,30 +125,35 @@ impl MpiTransport {
         }
     }
 
-    /// Start `len` bytes to or from `peer` as messages of at most the split limit, each begun by
-    /// `start(piece, request)` (MPI_Isend or MPI_Irecv). If one fails, the pieces already
-    /// started are waited for when the returned error drops them.
+    /// Start the pieces (address and length each) to or from `peer` as messages of at most the
+    /// split limit, each begun by `start(address, length, request)` (MPI_Isend or MPI_Irecv).
+    /// If one fails, the messages already started are waited for when the returned error drops
+    /// them.
     fn post<'a>(
         &'a self,
         what: &'static str,
         peer: c_int,
-        len: usize,
-        start: impl Fn(Range<usize>, &mut ffi::MPI_Request) -> c_int,
+        pieces: impl Iterator<Item = (*mut u8, usize)>,
+        start: impl Fn(*mut u8, usize, &mut ffi::MPI_Request) -> c_int,
     ) -> Result<MpiPending<'a>> {
         let mut pending = MpiPending {
             requests: SmallVec::new(),
             statuses: SmallVec::new(),
-            pieces: SmallVec::new(),
+            lengths: SmallVec::new(),
             what,
             peer: peer as usize,
             received: None,
             _send_buffer: PhantomData,
         };
-        for piece in message_pieces(len, self.max_message_bytes, 1) {
-            let mut request = null_request();
-            check(start(piece.clone(), &mut request), what)?;
-            pending.requests.push(request);
-            pending.pieces.push(piece);
+        for (base, len) in pieces {
+            for message in message_pieces(len, self.max_message_bytes, 1) {
+                let mut request = null_request();
+                // The message lies inside the piece: `base + start .. base + end`.
+                let address = base.wrapping_add(message.start);
+                check(start(address, message.len(), &mut request), what)?;
+                pending.requests.push(request);
+                pending.lengths.push(message.len());
+            }
         }
         Ok(pending)
     }
@@ -176,17 +180,17 @@ fn null_request() -> ffi::MPI_Request {
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
-/// Requests, statuses and pieces inline: a message is one piece unless it exceeds the split
-/// limit, and small collectives are many messages, so no heap allocation per message.
+/// Requests, statuses and lengths inline: a logical message is usually one or two pieces, and
+/// small collectives are many messages, so no heap allocation per message.
 struct MpiPending<'a> {
-    requests: SmallVec<[ffi::MPI_Request; 1]>,
-    statuses: SmallVec<[ffi::MPI_Status; 1]>,
-    /// The byte range of each request's piece, to check what arrived.
-    pieces: SmallVec<[Range<usize>; 1]>,
+    requests: SmallVec<[ffi::MPI_Request; 2]>,
+    statuses: SmallVec<[ffi::MPI_Status; 2]>,
+    /// Each request's length in bytes, to check what arrived.
+    lengths: SmallVec<[usize; 2]>,
     what: &'static str,
     peer: usize,
-    /// A receive's buffer, handed back once the data is in; `None` for sends.
-    received: Option<&'a mut [u8]>,
+    /// A receive's destination, handed back once the data is in; `None` for sends.
+    received: Option<Destination<'a>>,
     _send_buffer: PhantomData<&'a [u8]>,
 }
 
@@ -237,13 +241,13 @@ impl MpiPending<'_> {
         check(code, self.what)?;
         self.requests.clear();
         if self.received.is_some() {
-            for (status, piece) in self.statuses.iter().zip(&self.pieces) {
+            for (status, &expected) in self.statuses.iter().zip(&self.lengths) {
                 let mut count: c_int = 0;
                 // SAFETY: `status` was filled in by MPI_Testall for a completed receive.
                 let code = unsafe { ffi::MPI_Get_count(status, ffi::RSMPI_UINT8_T, &mut count) };
                 check(code, "MPI_Get_count")?;
-                if count as usize != piece.len() {
-                    return Err(wrong_length(self.peer, piece.len(), count.max(0) as usize));
+                if count as usize != expected {
+                    return Err(wrong_length(self.peer, expected, count.max(0) as usize));
                 }
             }
         }
@@ -272,7 +276,7 @@ impl<'a> Pending<'a> for MpiPending<'a> {
         self.peer
     }
 
-    fn into_buffer(mut self: Box<Self>) -> Option<&'a mut [u8]> {
+    fn into_destination(mut self: Box<Self>) -> Option<Destination<'a>> {
         self.received.take()
     }
 }
@@ -298,15 +302,17 @@ impl Transport for MpiTransport {
         self.size
     }
 
-    fn isend<'a>(&'a self, data: &'a [u8], dest: usize) -> Result<Request<'a>> {
+    fn isend_pieces<'a>(&'a self, pieces: &[&'a [u8]], dest: usize) -> Result<Request<'a>> {
         let (comm, dest) = (self.raw()?, self.peer(dest)?);
-        let pending = self.post("MPI_Isend", dest, data.len(), |piece, request| {
-            // SAFETY: the piece lies inside `data`, which outlives the request (`'a`); its length
-            // fits a C int because pieces are at most i32::MAX bytes.
+        let addresses = pieces.iter().map(|p| (p.as_ptr().cast_mut(), p.len()));
+        let pending = self.post("MPI_Isend", dest, addresses, |address, len, request| {
+            // SAFETY: the message lies inside a piece that outlives the request (`'a`) and that
+            // MPI only reads; its length fits a C int because messages are at most i32::MAX
+            // bytes.
             unsafe {
                 ffi::MPI_Isend(
-                    data[piece.clone()].as_ptr().cast(),
-                    piece.len() as c_int,
+                    address.cast_const().cast(),
+                    len as c_int,
                     ffi::RSMPI_UINT8_T,
                     dest,
                     TAG,
@@ -318,32 +324,43 @@ impl Transport for MpiTransport {
         Ok(Request::new(Box::new(pending), self))
     }
 
-    fn irecv_into<'a>(
+    fn irecv_to<'a>(
         &'a self,
-        data: &'a mut [u8],
-        len: usize,
+        mut destination: Destination<'a>,
         source: usize,
     ) -> Result<Request<'a>> {
         let (comm, source) = (self.raw()?, self.peer(source)?);
-        check_receive_length(len, data.len())?;
-        let base = data.as_mut_ptr();
-        let mut pending = self.post("MPI_Irecv", source, len, |piece, request| {
-            // SAFETY: as in `isend`; the pieces are disjoint, so no two receives share bytes.
-            // MPI writes through `base`, derived from `data`, which the request holds and hands
-            // back only after every piece has completed.
-            unsafe {
-                ffi::MPI_Irecv(
-                    base.add(piece.start).cast(),
-                    piece.len() as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    source,
-                    TAG,
-                    comm,
-                    request,
-                )
-            }
-        })?;
-        pending.received = Some(data);
+        destination.check()?;
+        let lengths = destination.lengths();
+        let mut addresses: SmallVec<[(*mut u8, usize); 2]> = SmallVec::new();
+        for index in 0..lengths.len() {
+            let piece = destination
+                .piece_mut(index)
+                .ok_or_else(|| CoreError::InvalidArgument("internal: no such piece".into()))?;
+            addresses.push((piece.as_mut_ptr(), piece.len()));
+        }
+        let mut pending = self.post(
+            "MPI_Irecv",
+            source,
+            addresses.into_iter(),
+            |address, len, request| {
+                // SAFETY: as in `isend_pieces`; the pieces are disjoint, so no two receives share
+                // bytes. MPI writes through addresses taken from `destination`, which the request
+                // holds (and nothing else touches) until every message has arrived.
+                unsafe {
+                    ffi::MPI_Irecv(
+                        address.cast(),
+                        len as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        source,
+                        TAG,
+                        comm,
+                        request,
+                    )
+                }
+            },
+        )?;
+        pending.received = Some(destination);
         Ok(Request::new(Box::new(pending), self))
     }
 

@@ -4,10 +4,10 @@
 #![allow(dead_code)]
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::{self, Allreduce, Reduction, Tuning};
+use _core::schedules::{self, Allreduce, Factors, Parts, Tuning};
 use _core::scratch;
 use _core::transport::local::LocalTransport;
-use _core::transport::Transport;
+use _core::transport::{Transport, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// What one rank saw of a run.
 pub struct RankOutcome {
@@ -19,6 +19,28 @@ pub struct RankOutcome {
     pub unreceived: usize,
 }
 
+/// How a run is set up beyond the inputs.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub max_message_bytes: usize,
+    pub tuning: Tuning,
+    /// The vector as separate buffers of these many elements each (the same on every rank);
+    /// `None`: one contiguous buffer.
+    pub parts: Option<Vec<usize>>,
+    pub factors: Factors,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            tuning: Tuning::default(),
+            parts: None,
+            factors: Factors::NONE,
+        }
+    }
+}
+
 /// Run `schedule` on `inputs[r]` at rank r, each rank in its own thread, default tuning.
 pub fn run_group(
     schedule: &dyn Allreduce,
@@ -27,14 +49,11 @@ pub fn run_group(
     op: ReduceOp,
     max_message_bytes: usize,
 ) -> Vec<RankOutcome> {
-    run_group_tuned(
-        schedule,
-        inputs,
-        dtype,
-        op,
+    let setup = Setup {
         max_message_bytes,
-        Tuning::default(),
-    )
+        ..Setup::default()
+    };
+    run_with(schedule, inputs, dtype, op, &setup)
 }
 
 /// [`run_group`] with the given tuning.
@@ -46,28 +65,62 @@ pub fn run_group_tuned(
     max_message_bytes: usize,
     tuning: Tuning,
 ) -> Vec<RankOutcome> {
-    let transports = LocalTransport::group_with_limit(inputs.len(), max_message_bytes);
+    let setup = Setup {
+        max_message_bytes,
+        tuning,
+        ..Setup::default()
+    };
+    run_with(schedule, inputs, dtype, op, &setup)
+}
+
+/// Run `schedule` over `inputs` as `setup` says (the whole allreduce: scaling included).
+pub fn run_with(
+    schedule: &dyn Allreduce,
+    inputs: Vec<Vec<u8>>,
+    dtype: DType,
+    op: ReduceOp,
+    setup: &Setup,
+) -> Vec<RankOutcome> {
+    let transports = LocalTransport::group_with_limit(inputs.len(), setup.max_message_bytes);
     let outcomes: Vec<(Vec<u8>, LocalTransport, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = transports
             .into_iter()
             .zip(inputs)
             .map(|(transport, input)| {
                 scope.spawn(move || {
-                    let mut buf = aligned_copy(&input);
+                    let count = input.len() / dtype.size();
+                    let lengths = setup.parts.clone().unwrap_or_else(|| vec![count]);
+                    assert_eq!(
+                        lengths.iter().sum::<usize>(),
+                        count,
+                        "parts cover the vector"
+                    );
+                    let mut buffers: Vec<AlignedBytes> = Vec::new();
+                    let mut offset = 0;
+                    for len in lengths {
+                        let bytes = len * dtype.size();
+                        buffers.push(aligned_copy(&input[offset..offset + bytes]));
+                        offset += bytes;
+                    }
                     scratch::reset_peak();
-                    let reduction = Reduction { dtype, op };
+                    let mut parts =
+                        Parts::new(buffers.iter_mut().map(|b| b.as_mut_slice()).collect());
                     let result = schedules::allreduce(
                         &transport,
                         schedule,
-                        buf.as_mut_slice(),
-                        reduction,
-                        &tuning,
+                        &mut parts,
+                        dtype,
+                        op,
+                        setup.factors,
+                        &setup.tuning,
                     );
                     if let Err(e) = result {
                         panic!("rank {} failed: {e}", transport.rank());
                     }
                     let peak = scratch::peak_bytes();
-                    (buf.as_slice().to_vec(), transport, peak)
+                    let result: Vec<u8> =
+                        buffers.iter().flat_map(|b| b.as_slice().to_vec()).collect();
+                    (result, transport, peak)
                 })
             })
             .collect();
@@ -88,6 +141,30 @@ pub fn run_group_tuned(
             unreceived: transport.unreceived_messages(),
         })
         .collect()
+}
+
+/// Random part lengths (some empty) adding up to `count`, the same for a given seed.
+pub fn random_parts(count: usize, seed: u64) -> Vec<usize> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut parts = Vec::new();
+    let mut left = count;
+    while left > 0 {
+        let len = match next() % 5 {
+            0 => 0,
+            1 => 1,
+            _ => (next() as usize % (count / 3 + 2)).min(left),
+        };
+        parts.push(len);
+        left -= len;
+    }
+    parts.push(0);
+    parts
 }
 
 /// A byte buffer aligned to 8 (what NumPy guarantees for these dtypes).
@@ -169,4 +246,36 @@ pub fn reference(dtype: DType, op: ReduceOp, per_rank: &[Vec<f64>]) -> Vec<u8> {
         })
         .collect();
     encode(dtype, &values)
+}
+
+/// [`reference`] of inputs scaled by `pre`, the result times `post`: exact when the factors are
+/// powers of two and the inputs small integers.
+pub fn reference_scaled(
+    dtype: DType,
+    op: ReduceOp,
+    per_rank: &[Vec<f64>],
+    pre: f64,
+    post: f64,
+) -> Vec<u8> {
+    let scaled: Vec<Vec<f64>> = per_rank
+        .iter()
+        .map(|r| r.iter().map(|x| x * pre).collect())
+        .collect();
+    let unscaled = reference(dtype, op, &scaled);
+    let values = decode(dtype, &unscaled);
+    encode(dtype, &values.iter().map(|v| v * post).collect::<Vec<_>>())
+}
+
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks(dtype.size())
+        .map(|c| match dtype {
+            DType::F32 => f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+            DType::F64 => f64::from_ne_bytes(c.try_into().expect("8 bytes")),
+            DType::F16 => half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64(),
+            DType::BF16 => half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f64(),
+            DType::I32 => f64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+            DType::I64 => i64::from_ne_bytes(c.try_into().expect("8 bytes")) as f64,
+        })
+        .collect()
 }
