@@ -45,6 +45,7 @@ __all__ = [
     "settings",
     "shutdown",
     "stats",
+    "wait_policy",
 ]
 
 class RingletError(RuntimeError):
@@ -59,6 +60,8 @@ class Handle:
 
     def done(self) -> bool: ...
     def wait(self) -> None: ...
+    def timing(self) -> tuple[float, float] | None:
+        """Once done: (seconds it waited in the queue, seconds it ran)."""
 
 def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
     """Initialize MPI if needed and set up ringlet's communicator.
@@ -118,6 +121,9 @@ def algorithm_cost(
 ) -> tuple[float, float, float]: ...
 def dtypes() -> list[tuple[str, int, bool]]: ...
 def ops() -> list[str]: ...
+def wait_policy(spin_us: int | None = None, max_sleep_us: int | None = None) -> tuple[int, int]:
+    """How a waiting thread polls MPI: (spin_us, max_sleep_us); the keywords change it first."""
+
 def measure_sendrecv(nbytes: int, repeats: int) -> float: ...
 def measure_combine(dtype: str, nbytes: int, repeats: int) -> float: ...
 def kernel_level() -> str: ...

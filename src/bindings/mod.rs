@@ -15,6 +15,7 @@ use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+use std::time::Duration;
 
 /// Initialize MPI if needed and duplicate `comm_fortran_handle` (from mpi4py's `Comm.py2f()`)
 /// or MPI_COMM_WORLD for ringlet. Returns (ringlet initialized MPI, granted thread level).
@@ -82,6 +83,21 @@ fn settings<'py>(
     dict.set_item("segment_bytes", settings.tuning.segment_bytes)?;
     dict.set_item("max_message_bytes", settings.max_message_bytes)?;
     Ok(dict)
+}
+
+/// How a thread waiting for MPI polls: spin for `spin_us`, then sleep between polls, each
+/// sleep doubling up to `max_sleep_us` (0: yield instead). The keywords change it first;
+/// returns (spin_us, max_sleep_us). Local to this process: it changes no message.
+#[pyfunction]
+#[pyo3(signature = (spin_us=None, max_sleep_us=None))]
+fn wait_policy(spin_us: Option<u64>, max_sleep_us: Option<u64>) -> (u64, u64) {
+    let (spin, sleep) = runtime::wait_policy();
+    let spin = spin_us.map_or(spin, Duration::from_micros);
+    let sleep = max_sleep_us.map_or(sleep, Duration::from_micros);
+    if spin_us.is_some() || max_sleep_us.is_some() {
+        runtime::set_wait_policy(spin, sleep);
+    }
+    (spin.as_micros() as u64, sleep.as_micros() as u64)
 }
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
@@ -375,5 +391,6 @@ mod _core {
         check_algorithm, clear_auto_table, dtypes, finalize, group, init, is_initialized,
         kernel_level, measure_combine, measure_sendrecv, mpi_library, ops, reduce_scatter, refuse,
         reset_stats, set_auto_table, set_stats_enabled, set_thread_key, settings, shutdown, stats,
+        wait_policy,
     };
 }

@@ -65,6 +65,9 @@ pub fn refuse(kind: &str, reason: String) -> Result<()> {
     })
 }
 
+/// How waiting threads poll MPI (local to this process; see [`waiting`]).
+pub use crate::transport::waiting::{self, set_wait_policy, wait_policy};
+
 /// The communicator's settings.
 pub fn settings() -> Result<Settings> {
     process::with_communicator(|comm| Ok(comm.settings()))

@@ -20,6 +20,7 @@
 
 pub mod local;
 pub mod mpi;
+pub mod waiting;
 
 use crate::error::{CoreError, Result};
 use smallvec::{smallvec, SmallVec};

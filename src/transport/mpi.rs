@@ -8,6 +8,7 @@
 //! status is checked: a message of another length than expected is an error, never a silently
 //! short buffer.
 
+use super::waiting::Backoff;
 use super::{
     message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -21,7 +22,7 @@ use std::any::Any;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 extern "C" {
     fn ringlet_mpi_in_place() -> *mut c_void;
@@ -38,9 +39,6 @@ pub fn in_place() -> *mut c_void {
 const TAG: c_int = 0x52_4c; // "RL"
 /// Notices (diagnostics), off the data path.
 const NOTICE_TAG: c_int = TAG + 1;
-
-/// Spin on MPI_Testall this long before yielding the core between polls (oversubscribed runs).
-const SPIN: Duration = Duration::from_millis(1);
 
 pub struct MpiTransport {
     /// `None` only after MPI was finalized under us; then the handle is leaked, not freed.
@@ -257,18 +255,15 @@ impl MpiPending<'_> {
 
 impl<'a> Pending<'a> for MpiPending<'a> {
     fn wait_for(&mut self, limit: Duration) -> Result<bool> {
-        let started = Instant::now();
+        let mut backoff = Backoff::new();
         loop {
             if self.test()? {
                 return Ok(true);
             }
-            let waited = started.elapsed();
-            if waited >= limit {
+            if backoff.waited() >= limit {
                 return Ok(false);
             }
-            if waited > SPIN {
-                std::thread::yield_now(); // long waits share the core (oversubscribed runs)
-            }
+            backoff.pause();
         }
     }
 
