@@ -10,21 +10,49 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 type Work = Box<dyn FnOnce() -> Result<()> + Send>;
 type Queue = Mutex<Sender<(Work, Arc<Completion>)>>;
 
-/// The outcome of a queued collective, once it is known.
-#[derive(Default)]
+/// The outcome of a queued collective, once it is known, and when it ran.
 pub struct Completion {
     outcome: Mutex<Option<Result<()>>>,
     ready: Condvar,
+    submitted: Instant,
+    /// When the comm thread started it and when it finished.
+    ran: Mutex<(Option<Instant>, Option<Instant>)>,
 }
 
 impl Completion {
+    fn new() -> Self {
+        Completion {
+            outcome: Mutex::new(None),
+            ready: Condvar::new(),
+            submitted: Instant::now(),
+            ran: Mutex::new((None, None)),
+        }
+    }
+
+    fn start(&self) {
+        self.ran.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(Instant::now());
+    }
+
     fn finish(&self, outcome: Result<()>) {
+        self.ran.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(Instant::now());
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
         self.ready.notify_all();
+    }
+
+    /// Once it has run: how long it waited in the queue, and how long it ran.
+    pub fn timing(&self) -> Option<(Duration, Duration)> {
+        match *self.ran.lock().unwrap_or_else(|e| e.into_inner()) {
+            (Some(started), Some(finished)) => Some((
+                started.duration_since(self.submitted),
+                finished.duration_since(started),
+            )),
+            _ => None,
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -56,6 +84,7 @@ fn queue() -> Result<&'static Queue> {
         .name("ringlet-comm".into())
         .spawn(move || {
             for (work, completion) in receiver {
+                completion.start();
                 let outcome = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|_| {
                     Err(CoreError::Communication(
                         "internal error: a queued collective panicked".into(),
@@ -71,7 +100,7 @@ fn queue() -> Result<&'static Queue> {
 
 /// Queue `work`; it runs after everything queued before it.
 pub fn submit(work: Work) -> Result<Arc<Completion>> {
-    let completion = Arc::new(Completion::default());
+    let completion = Arc::new(Completion::new());
     PENDING.fetch_add(1, Ordering::SeqCst);
     let sent = queue()?
         .lock()

@@ -60,6 +60,15 @@ class Handle:
             part.wait()
         return self._finish()
 
+    def timing(self) -> tuple[float, float] | None:
+        """Once done: (seconds from submission until its first collective started, seconds
+        from then until its last one finished); None before."""
+        times = [t for t in (part.timing() for part in self._parts) if t is not None]
+        if not times or len(times) != len(self._parts):
+            return None
+        queued = times[0][0]
+        return queued, max(q + r for q, r in times) - queued
+
 
 # ---------------------------------------------------------------------------------------------
 # broadcast

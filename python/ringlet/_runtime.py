@@ -205,7 +205,9 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
 
 def stats() -> dict[str, dict[str, float]]:
     """Per algorithm, this process's allreduces since start or ``reset_stats()``:
-    ``{"ring": {"calls": 3, "bytes": 12582912, "seconds": 0.0041}, ...}``."""
+    ``{"ring": {"calls": 3, "bytes": 12582912, "seconds": 0.0041}, ...}``. Fused runs that were
+    packed (compressed, or many tiny arrays) add ``"pack"``: the copies in and out, which the
+    algorithm's own entry does not count."""
     return {
         name: {"calls": calls, "bytes": nbytes, "seconds": seconds}
         for name, calls, nbytes, seconds in _core.stats()

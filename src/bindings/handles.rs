@@ -30,6 +30,13 @@ impl Handle {
         let completion = self.completion.clone();
         detached(py, move || completion.wait())
     }
+
+    /// Once done: (seconds it waited in the queue, seconds it ran); None before.
+    fn timing(&self) -> Option<(f64, f64)> {
+        self.completion
+            .timing()
+            .map(|(queued, ran)| (queued.as_secs_f64(), ran.as_secs_f64()))
+    }
 }
 
 /// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most

@@ -141,6 +141,11 @@ class _HandleSet:
             self.result, self.finished = self.finish(), True
         return self.result
 
+    def timing(self) -> tuple[float, float] | None:
+        """As ``ringlet.Handle.timing``, for the collectives behind this handle."""
+        timing = getattr(self.work, "timing", None)
+        return timing() if timing is not None else None
+
     # So that handles can wrap handles.
     done, wait = poll, synchronize
 
