@@ -24,10 +24,12 @@ from ._core import MismatchError, RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._gradients import (
     DEFAULT_FUSION_THRESHOLD,
+    BucketPlan,
     allreduce_async,
     allreduce_group_async,
     average_gradients,
     fusion_threshold_bytes,
+    plan_buckets,
 )
 from ._runtime import (
     Topology,
@@ -53,6 +55,7 @@ __all__ = [
     "DEFAULT_FUSION_THRESHOLD",
     "OPS",
     "SUPPORTED_DTYPES",
+    "BucketPlan",
     "Handle",
     "MismatchError",
     "RingletError",
@@ -75,6 +78,7 @@ __all__ = [
     "is_initialized",
     "mpi_library",
     "owns_mpi",
+    "plan_buckets",
     "rank",
     "reduce_scatter",
     "reset_stats",

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import _core, selector
-from ._allreduce import prepare
+from ._allreduce import allreduce, prepare
 from ._arrays import refused_together, why_not_in_place
-from ._collectives import Handle
+from ._collectives import Handle, broadcast_object
 from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
-from ._runtime import init, size
+from ._runtime import init, size, topology
 
 DEFAULT_FUSION_THRESHOLD = 64 << 20
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -41,6 +42,78 @@ def fusion_threshold_bytes(value: int | None = None) -> int:
     if value < 0:
         raise ValueError(f"fusion_threshold must be >= 0 bytes, got {value}")
     return int(value)
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """Which arrays travel together: ``buckets[k]`` lists the indices of bucket k's arrays, in
+    the order they were given; ``limit`` is the bytes per bucket the plan was cut at and
+    ``reason`` says where that came from."""
+
+    buckets: list[list[int]]
+    limit: int
+    reason: str
+
+
+def plan_buckets(
+    nbytes: Sequence[int],
+    *,
+    dtype: str = "float32",
+    fusion_threshold: int | None = None,
+    compute_threads: int = 1,
+) -> BucketPlan:
+    """Cut arrays of ``nbytes`` each, listed in the order they become ready (for gradients:
+    the reverse of the parameters' order), into consecutive buckets, each reduced by one
+    fused allreduce as soon as its last array is ready.
+
+    The size comes from ``fusion_threshold`` if given, else RINGLET_FUSION_THRESHOLD if set,
+    else the cost model (``selector.bucket_bytes``: small buckets where the transfer can
+    overlap the computation, one bucket where it would only share the cores with it);
+    ``compute_threads`` is how many threads each rank computes with. Collective: rank 0 plans
+    and every rank gets its plan, so the ranks agree even if their settings differ; ranks that
+    give different ``nbytes`` all raise ``ValueError``.
+    """
+    sizes = [int(n) for n in nbytes]
+    if any(n < 0 for n in sizes):
+        raise ValueError("array sizes must be >= 0 bytes")
+    init()
+    _ensure_auto_table("auto")
+    if fusion_threshold is not None or "RINGLET_FUSION_THRESHOLD" in os.environ:
+        limit = max(fusion_threshold_bytes(fusion_threshold), 1)
+        reason = ("fusion_threshold" if fusion_threshold is not None
+                  else "RINGLET_FUSION_THRESHOLD") + f" = {limit} bytes"
+    else:
+        here = topology()
+        try:
+            affinity = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            affinity = os.cpu_count() or 1
+        cores_per_rank = min(affinity, (os.cpu_count() or 1) // here.local_size)
+        choice = selector.bucket_bytes(
+            dtype, size(), hosts=here.cross_size, cores_per_rank=cores_per_rank,
+            threads=max(int(compute_threads), 1))
+        limit, reason = choice.limit, choice.reason
+    buckets: list[list[int]] = []
+    filled = 0
+    for index, n in enumerate(sizes):
+        if not buckets or (buckets[-1] and filled + n > limit):
+            buckets.append([])
+            filled = 0
+        buckets[-1].append(index)
+        filled += n
+    plan = BucketPlan(buckets, limit, reason)
+    chosen, first_sizes = broadcast_object((plan, sizes), 0)
+    if _any_rank(first_sizes != sizes):
+        raise ValueError(
+            "the ranks plan buckets for different arrays (rank 0 has "
+            f"{len(first_sizes)} arrays of {sum(first_sizes)} bytes, this rank {len(sizes)} of "
+            f"{sum(sizes)}, or another rank differs): every rank must pass the same model")
+    return chosen
+
+
+def _any_rank(flag: bool) -> bool:
+    """True on every rank if ``flag`` is true on any (collective)."""
+    return bool(allreduce(np.array([int(flag)], dtype=np.int32), "max")[0])
 
 
 def wire_dtype(dtype: str, compression: Any) -> str:

@@ -179,6 +179,58 @@ def pack_below(dtype: str, size: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Buckets: how many bytes of gradients DistributedOptimizer sends in one fused allreduce.
+
+BUCKET_OVERHEAD = 0.1
+"""A bucket is sized so that its fixed costs are at most this fraction of its time."""
+LAUNCH_SECONDS = 30e-6
+"""A bucket's launch from a gradient hook (tensor views, the queue): tens of microseconds."""
+MIN_BUCKET, MAX_BUCKET = 1 << 20, 64 << 20
+ONE_BUCKET = 1 << 62
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Bytes per bucket (``ONE_BUCKET``: everything in one) and why."""
+
+    limit: int
+    reason: str
+
+
+def bucket_bytes(dtype: str, size: int, *, hosts: int, cores_per_rank: int,
+                 threads: int) -> Buckets:
+    """How large ``DistributedOptimizer``'s buckets are: the first bucket's allreduce runs
+    while backward computes the rest, so smaller buckets hide more, but each costs a launch,
+    the call's check and its algorithm's latency terms. Overlap pays only if the transfer does
+    not need the cores backward runs on: between hosts it is the network's time (a waiting
+    thread sleeps, see ``_core.wait_policy``); on one host it is copies and reductions made
+    by these cores, so without a spare core (``cores_per_rank`` <= ``threads``) overlapping
+    only shares them, and one bucket, reduced once backward is done, is fastest
+    (benchmarks/RESULTS.md, "Training steps"). Otherwise the bucket is the smallest whose
+    fixed costs are ``BUCKET_OVERHEAD`` of its time under the calibrated model, within
+    [1 MiB, 64 MiB]. Local: every rank computes the same from the broadcast parameters."""
+    if size <= 1:
+        return Buckets(ONE_BUCKET, "one rank: nothing to communicate")
+    if hosts == 1 and cores_per_rank <= threads:
+        return Buckets(ONE_BUCKET, (
+            f"one host, {cores_per_rank} core(s) per rank for {threads} compute thread(s): the "
+            "transfers are copies these cores make, so overlapping them with backward only "
+            "shares the cores; one bucket, reduced when backward is done"))
+    params = _params if _params is not None else Parameters()
+    large = best(MAX_BUCKET, size, dtype, params)
+    check = predict(best(32, size, "int64", params), 32, size, "int64", params)
+    fixed = LAUNCH_SECONDS + check + predict(large, 8, size, dtype, params)
+    per_byte = max((predict(large, MAX_BUCKET, size, dtype, params)
+                    - predict(large, 8, size, dtype, params)) / MAX_BUCKET, 1e-15)
+    limit = fixed * (1 - BUCKET_OVERHEAD) / (BUCKET_OVERHEAD * per_byte)
+    limit = int(min(max(limit, MIN_BUCKET), MAX_BUCKET))
+    where = f"{hosts} hosts" if hosts > 1 else "a spare core per rank"
+    return Buckets(limit, (
+        f"{where}: a bucket's fixed cost (~{fixed * 1e6:.0f} us: launch, check, {large}'s "
+        f"latency) is {BUCKET_OVERHEAD:.0%} of its time at {_human(limit)}"))
+
+
+# ---------------------------------------------------------------------------------------------
 # The decision table: built once per communicator, installed in the Rust core.
 
 _params: Parameters | None = None

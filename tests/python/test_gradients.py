@@ -169,3 +169,97 @@ def test_sixteen_bit_gradients_average_with_float32_accumulation(rank, size, dty
     ringlet.average_gradients([x])
     assert x.dtype == np_dtype(dtype)
     assert x.tobytes() == reference(inputs, "avg").tobytes()
+
+
+# ---- bucket plans ---------------------------------------------------------------------------
+
+
+def test_plan_buckets_cuts_consecutive_buckets_at_the_threshold(size):
+    plan = ringlet.plan_buckets([4, 4, 4, 9, 0, 1, 3], fusion_threshold=8)
+    assert plan.buckets == [[0, 1], [2], [3], [4, 5, 6]]
+    assert plan.limit == 8 and "fusion_threshold" in plan.reason
+    assert ringlet.plan_buckets([], fusion_threshold=8).buckets == []
+
+
+def test_plan_buckets_reads_the_environment(monkeypatch, size):
+    monkeypatch.setenv("RINGLET_FUSION_THRESHOLD", "10")
+    plan = ringlet.plan_buckets([6, 6, 6])
+    assert plan.buckets == [[0], [1], [2]] and "RINGLET_FUSION_THRESHOLD" in plan.reason
+
+
+def test_plan_buckets_follows_the_model_when_nothing_overrides(monkeypatch, size):
+    import os
+
+    monkeypatch.delenv("RINGLET_FUSION_THRESHOLD", raising=False)
+    sizes = [3 << 20, 5 << 20, 100, 2 << 20, 7 << 20]
+    plan = ringlet.plan_buckets(sizes, compute_threads=1)
+    here = ringlet.topology()
+    cores = min(len(os.sched_getaffinity(0)), (os.cpu_count() or 1) // here.local_size)
+    expected = ringlet.selector.bucket_bytes("float32", size, hosts=here.cross_size,
+                                             cores_per_rank=cores, threads=1)
+    # Rank 0's model decides for every rank.
+    assert (plan.limit, plan.reason) == ringlet.broadcast_object(
+        (expected.limit, expected.reason), 0)
+    flat = [i for bucket in plan.buckets for i in bucket]
+    assert flat == list(range(len(sizes)))  # consecutive, every array once
+    for bucket in plan.buckets[:-1]:
+        assert sum(sizes[i] for i in bucket) <= plan.limit or len(bucket) == 1
+
+
+def test_rank_zeros_plan_wins_and_disagreeing_arrays_raise_everywhere(rank, size):
+    plan = ringlet.plan_buckets([8, 8, 8, 8], fusion_threshold=8 if rank == 0 else 1 << 20)
+    assert plan.buckets == [[0], [1], [2], [3]]
+    if size > 1:
+        with pytest.raises(ValueError, match="plan buckets for different arrays"):
+            ringlet.plan_buckets([8] * (2 + (rank == size - 1)), fusion_threshold=8)
+    # The ranks are still in step.
+    x = np.full(3, rank, dtype=np.int64)
+    assert ringlet.allreduce(x, "sum").tolist() == [sum(range(size))] * 3
+
+
+def test_bucket_model_decisions():
+    from ringlet import selector
+
+    params = selector.Parameters(alpha=5e-6, beta=1 / 5e9, gamma={"float32": 1 / 20e9})
+    saved, selector._params = selector._params, params
+    try:
+        shared = selector.bucket_bytes("float32", 2, hosts=1, cores_per_rank=1, threads=1)
+        assert shared.limit == selector.ONE_BUCKET and "shares the cores" in shared.reason
+        assert selector.bucket_bytes("float32", 1, hosts=1, cores_per_rank=8,
+                                     threads=1).limit == selector.ONE_BUCKET
+        spare = selector.bucket_bytes("float32", 2, hosts=1, cores_per_rank=4, threads=1)
+        across = selector.bucket_bytes("float32", 8, hosts=4, cores_per_rank=1, threads=1)
+        for choice in (spare, across):
+            assert selector.MIN_BUCKET <= choice.limit <= selector.MAX_BUCKET, choice
+        # A slower network per byte makes the fixed costs relatively smaller: smaller buckets.
+        selector._params = selector.Parameters(alpha=5e-6, beta=1 / 1e9,
+                                               gamma={"float32": 1 / 20e9})
+        slower = selector.bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1)
+        selector._params = selector.Parameters(alpha=5e-6, beta=1 / 20e9,
+                                               gamma={"float32": 1 / 20e9})
+        faster = selector.bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1)
+        assert slower.limit < faster.limit
+    finally:
+        selector._params = saved
+
+
+# ---- waiting ---------------------------------------------------------------------------------
+
+
+def test_results_are_the_same_whatever_the_wait_policy(rank, size):
+    from ringlet import _core
+
+    default = _core.wait_policy()
+    inputs = [exact_input(77, r, (50_000,), "float32", "sum") for r in range(size)]
+    try:
+        assert _core.wait_policy(spin_us=0, max_sleep_us=100) == (0, 100)
+        summed = inputs[rank].copy()
+        ringlet.allreduce(summed, "sum", out=summed, algorithm="ring")
+        averaged = [inputs[rank][:10].copy(), inputs[rank].copy()]
+        ringlet.average_gradients(averaged)
+    finally:
+        _core.wait_policy(*default)
+    assert _core.wait_policy() == default
+    assert summed.tobytes() == reference(inputs, "sum").tobytes()
+    assert averaged[0].tobytes() == reference([x[:10] for x in inputs], "avg").tobytes()
+    assert averaged[1].tobytes() == reference(inputs, "avg").tobytes()

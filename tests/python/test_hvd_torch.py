@@ -179,3 +179,74 @@ def test_unused_parameters_are_reduced_as_zeros(rank, size):
     for name, value in model["unused"].state_dict().items():
         assert torch.equal(value, before[name])
     assert np.isfinite(model["used"].weight.detach().numpy()).all()
+
+
+def _train(optimizer, model, steps: int, rank: int, size: int) -> None:
+    x, y = _data(steps, 4, size)
+    mine = slice(rank * 4, (rank + 1) * 4)
+    for step in range(steps):
+        optimizer.zero_grad()
+        torch.nn.CrossEntropyLoss()(model(x[step][mine]), y[step][mine]).backward()
+        optimizer.step()
+
+
+def test_buckets_are_the_plan_unless_a_threshold_overrides(monkeypatch, rank, size):
+    import ringlet
+
+    monkeypatch.delenv("RINGLET_FUSION_THRESHOLD", raising=False)
+    model = _model()
+    params = list(model.parameters())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                         named_parameters=model.named_parameters())
+    ready = params[::-1]  # backward produces the last layer's gradients first
+    plan = ringlet.plan_buckets([p.numel() * 4 for p in ready])
+    assert [[id(p) for p in b] for b in optimizer._buckets] == \
+        [[id(ready[i]) for i in b] for b in plan.buckets]
+    _train(optimizer, model, 3, rank, size)
+
+    monkeypatch.setenv("RINGLET_FUSION_THRESHOLD", str(16 * 4))  # a bias, or one row
+    small = _model()
+    split = hvd.DistributedOptimizer(torch.optim.SGD(small.parameters(), lr=0.1),
+                                     named_parameters=small.named_parameters())
+    assert len(split._buckets) == 4  # every parameter is larger than half the threshold
+    _train(split, small, 3, rank, size)
+    for a, b in zip(model.parameters(), small.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()
+
+
+def test_timeline_records_every_step_and_writes_a_chrome_trace(monkeypatch, tmp_path, rank,
+                                                               size):
+    import atexit
+    import json
+
+    monkeypatch.delenv("RINGLET_TIMELINE", raising=False)
+    plain = _model()
+    assert hvd.DistributedOptimizer(torch.optim.SGD(plain.parameters(), lr=0.1)).timeline is None
+
+    monkeypatch.setenv("RINGLET_TIMELINE", str(tmp_path / "trace.json"))
+    monkeypatch.setenv("RINGLET_FUSION_THRESHOLD", str(16 * 4))
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    timeline = optimizer.timeline
+    atexit.unregister(timeline.report)  # reported here, not when pytest exits
+    _train(optimizer, model, 4, rank, size)
+
+    assert len(timeline.steps) == 4
+    for step in timeline.steps:
+        parts = step["compute"] + step["exposed"] + step["update"]
+        assert 0 < parts <= step["step"] + 1e-6, step
+        assert 0 < step["collectives"] and 0 <= step["overlapped"] <= step["collectives"]
+    summary = timeline.summary()
+    assert set(summary) == {"step", "compute", "exposed", "update", "collectives",
+                            "overlapped", "pack"}
+    assert "median of 4 steps" in timeline.table()
+    path = timeline.write_trace()
+    assert path == str(tmp_path / (f"trace.{rank}.json" if size > 1 else "trace.json"))
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    names = [e["name"] for e in events if e["ph"] == "X"]
+    assert names.count("compute") == names.count("synchronize") == names.count("update") == 4
+    buckets = [n for n in names if n.startswith("allreduce bucket")]
+    assert len(buckets) == 4 * len(optimizer._buckets)
+    assert all(e["dur"] >= 0 and e["pid"] == rank for e in events if e["ph"] == "X")

@@ -11,6 +11,7 @@ differentiable (Horovod's ``allreduce`` is; wrap it yourself if you need that).
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +42,7 @@ from ._common import (
     register_backend,
 )
 from ._common import Horovod as _Horovod
+from .timeline import Timeline
 
 
 class TorchBackend(Backend):
@@ -110,6 +112,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles: dict[int, Any] = {}
         self._synchronized = False
         self._should_synchronize = True
+        self.timeline = Timeline.from_environment()
+        """Per-step times (RINGLET_TIMELINE), or None."""
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_gradient)
 
@@ -133,13 +137,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
+        submitted = time.perf_counter()
         self._handles[bucket] = _api.grouped_allreduce_async_(
             grads, op=_OPS[self._op], prescale_factor=self._prescale,
             postscale_factor=self._postscale, compression=self._compression,
         )
+        if self.timeline is not None:
+            nbytes = sum(g.numel() * g.element_size() for g in grads)
+            self.timeline.launched(bucket, nbytes, submitted, self._handles[bucket])
 
     def synchronize(self) -> None:
         """Finish every gradient's allreduce (starting those whose hooks did not fire)."""
+        started = time.perf_counter()
         for bucket in range(len(self._buckets)):
             if bucket not in self._handles:
                 self._launch(bucket)
@@ -149,6 +158,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._ready = [set() for _ in self._buckets]
         self._countdown = dict.fromkeys(self._countdown, self._passes)
         self._synchronized = True
+        if self.timeline is not None:
+            self.timeline.synchronized(started)
 
     @contextlib.contextmanager
     def skip_synchronize(self) -> Iterator[None]:
@@ -170,7 +181,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 )
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        started = time.perf_counter()
+        result = super(self.__class__, self).step(closure)
+        if self.timeline is not None:
+            self.timeline.updated(started)
+        return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._handles:
@@ -187,8 +202,9 @@ _OPS = {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}
 
 def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]]:
     """Which gradients travel together: Horovod's ``groups`` (a count, or lists of
-    parameters), else buckets of up to the fusion threshold in reverse order (the order
-    backward() produces gradients)."""
+    parameters), else consecutive buckets in reverse order (the order backward() produces
+    gradients), sized by ``ringlet.plan_buckets`` (the cost model, or RINGLET_FUSION_THRESHOLD).
+    """
     if isinstance(groups, int) and groups > 0:
         size = -(-len(params) // groups)
         return [params[i:i + size] for i in range(0, len(params), size)]
@@ -197,17 +213,10 @@ def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]
         listed = {id(p) for g in wanted for p in g}
         rest = [p for p in params if id(p) not in listed]
         return [g for g in wanted if g] + [[p] for p in rest]
-    limit = max(ringlet.fusion_threshold_bytes(), 1)
-    buckets: list[list[torch.Tensor]] = [[]]
-    filled = 0
-    for p in reversed(params):
-        nbytes = p.numel() * p.element_size()
-        if buckets[-1] and filled + nbytes > limit:
-            buckets.append([])
-            filled = 0
-        buckets[-1].append(p)
-        filled += nbytes
-    return [b for b in buckets if b]
+    ready_order = list(reversed(params))
+    plan = ringlet.plan_buckets([p.numel() * p.element_size() for p in ready_order],
+                                compute_threads=torch.get_num_threads())
+    return [[ready_order[i] for i in bucket] for bucket in plan.buckets]
 
 
 def DistributedOptimizer(
