@@ -65,7 +65,8 @@ export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 # their installed extension.
 BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
 
-.PHONY: run quickstart test setup build test-rust test-python lint stubtest bench memcheck clean \
+.PHONY: run quickstart test setup build test-rust test-python lint stubtest bench bench-train \
+	memcheck clean \
 	test-mpich test-mpich-quick mpich-quick-slice FORCE
 
 run: setup
@@ -78,6 +79,14 @@ quickstart: setup
 BENCH_ARGS ?=
 bench: setup
 	$(MPIRUN) -n $(NP) $(PYTHON) benchmarks/allreduce_bench.py --markdown $(BENCH_ARGS)
+
+# Training steps at N=2: ringlet's DistributedOptimizer against DDP on gloo and against no
+# communication, two models, blocks interleaved (benchmarks/RESULTS.md, "Training steps").
+# make bench-train TRAIN_BENCH_ARGS="--rounds 10 --variant one-bucket=buckets=64M"
+TRAIN_BENCH_ARGS ?=
+bench-train: setup
+	$(MPIRUN) -n 2 $(PYTHON) benchmarks/train_bench.py --json benchmarks/train_results.json \
+		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
 test: setup test-rust memcheck lint stubtest test-python test-mpich-quick
@@ -151,10 +160,11 @@ stubtest: setup
 	$(PYTHON) -m mypy.stubtest ringlet._core
 
 # tests/failures launch jobs themselves; tests/tooling test the build tools (no MPI job);
-# tests/structure check the layering and build a copy with a new algorithm.
+# tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
+# run each benchmark briefly and check what it reports.
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--plain tests/failures tests/tooling tests/structure --sizes $(TEST_SIZES) -q \
+		--plain tests/failures tests/tooling tests/structure tests/benchmarks --sizes $(TEST_SIZES) -q \
 		--color=no tests/python
 
 # The same targets against MPICH (its own stamps, venv and target directory).

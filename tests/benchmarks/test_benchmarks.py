@@ -1,0 +1,66 @@
+"""The benchmarks, briefly: each runs as `make bench-train` and the README run it, and reports
+what RESULTS.md quotes. Plain pytest; each test launches its own `mpirun -n 2` job. Timings are
+not checked (a shared machine cannot), only that the numbers exist and that the work is right.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def mpirun(*args: str, env: dict[str, str] | None = None,
+           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mpirun", "-n", "2", sys.executable, *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_train_bench_reports_every_path_and_matches_ddp(tmp_path):
+    out, plot = tmp_path / "train.json", tmp_path / "train.png"
+    job = mpirun("benchmarks/train_bench.py", "--rounds", "1", "--steps", "2", "--warmup", "1",
+                 "--variant", "one-bucket=buckets=64M", "--variant", "sleeping=spin=0,sleep=100",
+                 "--json", str(out), "--plot", str(plot))
+    assert job.returncode == 0, job.stdout + job.stderr  # 1: parameters differ from DDP's
+    results = json.loads(out.read_text())
+    assert set(results["models"]) == {"mlp", "convnet"}
+    assert results["models"]["mlp"]["parameters"] == 9_579_274  # the MLP the issue names
+    for model in results["models"].values():
+        assert model["equal_to_ddp"] and model["equal_across_ranks"]
+        paths = model["paths"]
+        assert set(paths) == {"none", "ringlet", "ddp", "ringlet:one-bucket", "ringlet:sleeping"}
+        for row in paths.values():
+            assert row["step"] >= row["compute"] > 0 and row["update"] > 0
+        assert paths["ringlet"]["collectives"] > 0 and paths["none"]["collectives"] == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "| ringlet |" in job.stdout and "| ddp |" in job.stdout
+
+
+def test_fusion_bench_compares_fused_flat_and_per_array():
+    job = mpirun("benchmarks/fusion_bench.py", "--rounds", "2")
+    assert job.returncode == 0, job.stdout + job.stderr
+    ways = [line.split("median")[0].strip() for line in job.stdout.splitlines()
+            if "median" in line and "x flat" in line]
+    assert ways == ["average_gradients (fused)", "one flat allreduce", "one allreduce per array"]
+
+
+def test_timeline_prints_a_step_summary_when_the_script_ends(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch, ringlet.hvd.torch as hvd\n"
+        "hvd.init(); torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(64, 8)\n"
+        "opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad(); model(torch.randn(4, 64)).sum().backward(); opt.step()\n"
+    )
+    job = mpirun(str(script), env={"RINGLET_TIMELINE": str(tmp_path / "trace.json")})
+    assert job.returncode == 0, job.stderr
+    assert "ringlet timeline, rank 0: median of 3 steps" in job.stderr
+    for rank in (0, 1):
+        events = json.loads((tmp_path / f"trace.{rank}.json").read_text())["traceEvents"]
+        assert sum(e["name"] == "synchronize" for e in events) == 3
