@@ -15,7 +15,8 @@ Each path trains its own copy of the model from the same initial weights on the 
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend.
 
 A round runs a block of steps of each path, in an order that rotates from round to round; a
-step's time is the slowest rank's. Printed per model and path: the median step and its parts:
+step's time and parts are those of its slowest rank. Printed per model and path: the median
+step and the medians of its parts:
 - compute: forward and backward (for ringlet, with its allreduces running in the background);
 - exposed: communication still running after backward (ringlet: ``synchronize()``; DDP waits
   inside backward, so its exposed part is its forward+backward minus the ``none`` path's);
@@ -194,10 +195,11 @@ def run_block(path: Path, steps: int, comm: MPI.Comm) -> None:
         _core.wait_policy(*path.variant.wait)
     comm.Barrier()
     local = np.array([[t[p] for p in MEASURES] for t in (path.step() for _ in range(steps))])
-    slowest = np.empty_like(local)
-    # A step takes as long as its slowest rank; its parts are taken from the same reduction
-    # (an upper bound per part, close when the ranks are balanced).
-    comm.Allreduce(local, slowest, op=MPI.MAX)
+    # A step takes as long as its slowest rank, and its parts are that rank's (the parts' own
+    # maxima would add one rank's compute to another's wait for it).
+    every = np.stack(comm.allgather(local))  # (rank, step, measure)
+    totals = every[:, :, :len(PARTS)].sum(axis=2)
+    slowest = every[totals.argmax(axis=0), np.arange(steps)]
     _core.wait_policy(*default_wait)
     for column, part in enumerate(MEASURES):
         path.parts[part].extend(slowest[:, column].tolist())
@@ -249,7 +251,7 @@ def plot(results: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     models = list(results["models"])
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     colors = {"compute": "#4c72b0", "exposed": "#dd8452", "pack": "#c44e52", "update": "#55a868"}
     for ax, model in zip(axes[0], models):
         rows = results["models"][model]["paths"]
@@ -258,8 +260,11 @@ def plot(results: dict[str, Any], path: str) -> None:
             heights = np.array([rows[p][part] * 1e3 for p in rows])
             ax.bar(list(rows), heights, bottom=bottom, color=colors[part], label=part)
             bottom += heights
-        ax.set_title(f"{model}, N={results['ranks']}: median step")
+        ax.set_title(f"{model}, N={results['ranks']}: median of each part of a step")
         ax.set_ylabel("ms")
+        ax.tick_params(axis="x", labelrotation=30)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

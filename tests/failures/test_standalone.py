@@ -80,3 +80,13 @@ def test_the_mpi_library_ringlet_runs_on_is_the_one_it_was_built_with():
     built, running = result.stdout.splitlines()
     family = "Open MPI" if built.startswith("Open MPI") else "MPICH"
     assert built.startswith(family) and family in running, (built, running)
+
+
+def test_the_wait_policy_comes_from_the_environment():
+    code = "from ringlet import _core; print(*_core.wait_policy())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM", "PMIX_"))}
+    env.update(RINGLET_WAIT_SPIN_US="7", RINGLET_WAIT_SLEEP_US="90")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["7", "90"]

@@ -263,3 +263,27 @@ def test_results_are_the_same_whatever_the_wait_policy(rank, size):
     assert summed.tobytes() == reference(inputs, "sum").tobytes()
     assert averaged[0].tobytes() == reference([x[:10] for x in inputs], "avg").tobytes()
     assert averaged[1].tobytes() == reference(inputs, "avg").tobytes()
+
+
+def test_the_default_wait_spins_then_yields(monkeypatch):
+    import os
+
+    from ringlet import _core
+
+    if "RINGLET_WAIT_SPIN_US" in os.environ or "RINGLET_WAIT_SLEEP_US" in os.environ:
+        pytest.skip("the environment sets the wait policy")  # not counted: CI does not set it
+    assert _core.wait_policy() == (1000, 0)
+
+
+def test_handles_tell_when_they_ran_and_packing_is_counted(rank, size):
+    n = 1 << 20  # far above selector.pack_below: reduced in place
+    arrays = [np.ones(n, dtype=np.float32) for _ in range(3)]
+    ringlet.reset_stats()
+    handle = ringlet.allreduce_group_async(arrays, "avg")
+    handle.wait()
+    queued, ran = handle.timing()
+    assert 0 <= queued < 60 and 0 < ran < 60
+    assert "pack" not in ringlet.stats()  # reduced in place
+    ringlet.average_gradients(arrays, compression="bf16")
+    pack = ringlet.stats()["pack"]
+    assert pack["calls"] == 1 and pack["bytes"] == 3 * n * 2 and pack["seconds"] > 0
