@@ -64,3 +64,13 @@ def test_timeline_prints_a_step_summary_when_the_script_ends(tmp_path):
     for rank in (0, 1):
         events = json.loads((tmp_path / f"trace.{rank}.json").read_text())["traceEvents"]
         assert sum(e["name"] == "synchronize" for e in events) == 3
+
+
+def test_block_pieces_bench_checks_every_way_and_reports_it():
+    job = mpirun("benchmarks/block_pieces_bench.py", "--rounds", "2")
+    assert job.returncode == 0, job.stdout + job.stderr  # a way that garbles bytes fails
+    rows = [line.split("|")[1].strip() for line in job.stdout.splitlines()
+            if line.startswith("| ") and "ms" in line]
+    ways = ["contiguous (reference)", "one message per piece", "hindexed, built per call",
+            "hindexed, cached", "pack + unpack"]
+    assert rows == ways * 2  # two lists of arrays
