@@ -287,3 +287,41 @@ def test_handles_tell_when_they_ran_and_packing_is_counted(rank, size):
     ringlet.average_gradients(arrays, compression="bf16")
     pack = ringlet.stats()["pack"]
     assert pack["calls"] == 1 and pack["bytes"] == 3 * n * 2 and pack["seconds"] > 0
+
+
+# ---- every algorithm over arrays in place -----------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm,dtype", [
+    (algorithm, dtype) for algorithm in ringlet.algorithms()
+    for dtype in ("float32", "bfloat16", "int64")
+    if algorithm in ringlet.algorithms(dtype=dtype)  # mpi cannot reduce 16-bit floats
+])
+def test_every_algorithm_reduces_a_group_in_place_across_array_boundaries(
+        comm, rank, size, algorithm, dtype):
+    # Sizes chosen so that blocks of every algorithm start and end inside arrays, with an
+    # empty array among them; all far above pack_below, so reduced where they live.
+    shapes = [(40_003,), (0,), (129, 257), (1,), (70_001,), (5, 0), (33_333,)]
+    inputs = [[exact_input(90 + i, r, s, dtype, "sum") for i, s in enumerate(shapes)]
+              for r in range(size)]
+    mine = [a.copy() for a in inputs[rank]]
+    pointers = [a.__array_interface__["data"][0] for a in mine]
+    ringlet.average_gradients(mine, op="sum", algorithm=algorithm)
+    for i, array in enumerate(mine):
+        expected = reference([inputs[r][i] for r in range(size)], "sum")
+        assert array.tobytes() == expected.tobytes(), (algorithm, shapes[i])
+        assert same_on_every_rank(comm, array)
+    assert [a.__array_interface__["data"][0] for a in mine] == pointers  # in place
+    if dtype != "int64":
+        # avg's division and the factors folded in: exact with powers of two.
+        scaled = [a.copy() for a in inputs[rank]]
+        ringlet.average_gradients(scaled, algorithm=algorithm, prescale=0.5, postscale=4.0)
+        for i, array in enumerate(scaled):
+            total = reference([inputs[r][i] for r in range(size)], "sum").astype(np.float64)
+            expected = (total * 0.5 / size * 4.0).astype(np_dtype(dtype))
+            if size & (size - 1) == 0:  # dividing by a power of two is exact
+                assert array.tobytes() == expected.tobytes(), (algorithm, shapes[i])
+            else:
+                assert np.allclose(array.astype(np.float64), expected.astype(np.float64),
+                                   rtol=1e-2 if dtype == "bfloat16" else 1e-6)
+            assert same_on_every_rank(comm, array)
