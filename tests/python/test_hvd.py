@@ -171,3 +171,17 @@ def test_init_rejects_what_it_does_not_support():
         hvd.init(comm=[0, 1])
     with pytest.raises(ValueError, match="process sets"):
         hvd.allreduce(np.ones(2), process_set=type("PS", (), {"process_set_id": 3})())
+
+
+def test_compressors_cast_numpy_arrays_too():
+    import ml_dtypes
+
+    x = np.arange(6, dtype=np.float64)
+    for compression, wire in ((hvd.Compression.fp16, np.float16),
+                              (hvd.Compression.bf16, ml_dtypes.bfloat16)):
+        compressed, ctx = compression.compress(x)
+        assert compressed.dtype == np.dtype(wire)
+        restored = compression.decompress(compressed, ctx)
+        assert restored.dtype == np.float64 and np.array_equal(restored, x)
+    ints, ctx = hvd.Compression.fp16.compress(np.arange(3))
+    assert ints.dtype == np.arange(3).dtype

@@ -250,3 +250,75 @@ def test_timeline_records_every_step_and_writes_a_chrome_trace(monkeypatch, tmp_
     buckets = [n for n in names if n.startswith("allreduce bucket")]
     assert len(buckets) == 4 * len(optimizer._buckets)
     assert all(e["dur"] >= 0 and e["pid"] == rank for e in events if e["ph"] == "X")
+
+
+def test_parameter_names_are_checked_as_horovod_checks_them(size):
+    model = _model()
+    params = list(model.parameters())
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    assert [optimizer._parameter_names[p] for p in params] == \
+        [f"allreduce.noname.{i}" for i in range(len(params))]
+    named = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    assert {named._parameter_names[p] for p in params} == \
+        {"0.weight", "0.bias", "2.weight", "2.bias"}
+    with pytest.raises(ValueError, match=r"must be unique\. Found duplicates: w"):
+        hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                 named_parameters=[("w", p) for p in params])
+    with pytest.raises(ValueError, match="one or more model parameters were not named"):
+        hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                 named_parameters=list(model.named_parameters())[:2])
+    with pytest.raises(ValueError, match="should be a sequence of tuples"):
+        hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                 named_parameters=[["w", params[0]]])
+
+
+def test_step_after_a_manual_synchronize_warns_in_horovods_words(size):
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    model(torch.randn(2, 10)).sum().backward()
+    optimizer.synchronize()
+    with pytest.warns(UserWarning, match=r"optimizer.step\(\) called without "
+                      r"optimizer.skip_synchronize\(\) context after optimizer.synchronize\(\)"):
+        optimizer.step()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integers_are_scaled_in_float64_as_horovod_scales_them(rank, size, dtype):
+    torch.manual_seed(1234)  # the same tensor on every rank, as in Horovod's test
+    tensor = torch.FloatTensor(17, 17).random_(-100, 100).to(dtype)
+    factor = 0.73
+    before = tensor.clone()
+    summed = hvd.allreduce(tensor, op=hvd.Sum, prescale_factor=factor)
+    expected = (torch.tensor(factor, dtype=torch.float64) * tensor).to(dtype) * size
+    assert summed.dtype == dtype and torch.equal(summed, expected)
+    summed = hvd.allreduce(tensor, op=hvd.Sum, postscale_factor=factor)
+    expected = ((tensor * size) * torch.tensor(factor, dtype=torch.float64)).to(dtype)
+    assert torch.equal(summed, expected)
+    averaged = hvd.allreduce(tensor + rank, op=hvd.Average, postscale_factor=2.5)
+    total = sum(tensor.to(torch.float64) + r for r in range(size))
+    assert torch.equal(averaged, (total * (2.5 / size)).to(dtype))
+    assert torch.equal(tensor, before)
+    # In place, and together with a float tensor in one grouped call.
+    ints, floats = tensor.clone(), torch.full((5,), float(rank))
+    hvd.grouped_allreduce_([ints, floats], op=hvd.Sum, prescale_factor=0.5)
+    assert torch.equal(ints, (tensor.to(torch.float64) * 0.5).to(dtype) * size)
+    assert torch.equal(floats, torch.full((5,), 0.5 * sum(range(size))))
+
+
+@pytest.mark.parametrize("compression,wire", [(hvd.Compression.fp16, torch.float16),
+                                              (hvd.Compression.bf16, torch.bfloat16)])
+def test_compressors_return_the_compressed_dtype_and_restore_it(compression, wire):
+    for dtype in (torch.float32, torch.float64):
+        tensor = torch.ones(5, 5, 5, dtype=dtype)
+        compressed, ctx = compression.compress(tensor)
+        assert compressed.dtype == wire
+        restored = compression.decompress(compressed, ctx)
+        assert restored.dtype == dtype and torch.equal(restored, tensor)
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        tensor = torch.ones(5, 5, 5, dtype=dtype)
+        compressed, ctx = compression.compress(tensor)
+        assert compressed.dtype == dtype
+        assert compression.decompress(compressed, ctx).dtype == dtype
+    none, ctx = hvd.Compression.none.compress(torch.ones(3))
+    assert none.dtype == torch.float32 and hvd.Compression.none.decompress(none, ctx) is none

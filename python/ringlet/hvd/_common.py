@@ -36,7 +36,9 @@ HorovodInternalError = ringlet.RingletError
 
 class Compressor:
     """Horovod's compressor interface: ``compress(tensor) -> (tensor, ctx)`` and
-    ``decompress(tensor, ctx)``. The built-in ones compress inside ringlet's core instead."""
+    ``decompress(tensor, ctx)``. Given to a collective, the built-in ones compress inside
+    ringlet's core instead (one cast while packing, float32 accumulation); their methods do
+    what Horovod's do, for code that calls them itself."""
 
     wire_dtype: str | None = None
 
@@ -53,16 +55,38 @@ class NoneCompressor(Compressor):
     wire_dtype = None
 
 
-class FP16Compressor(Compressor):
+class _CastCompressor(Compressor):
+    """Floating-point tensors cast to ``wire_dtype`` and back; other tensors untouched."""
+
+    @classmethod
+    def compress(cls, tensor: Any) -> tuple[Any, Any]:
+        backend = backend_for(tensor)
+        original = backend.dtype(tensor)
+        if backend.is_floating(tensor):
+            return backend.cast(tensor, _WIRE_NAMES[cls.wire_dtype]), original
+        return tensor, original
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        backend = backend_for(tensor)
+        if ctx is None or backend.dtype(tensor) == ctx:
+            return tensor
+        return backend.cast(tensor, ctx)
+
+
+class FP16Compressor(_CastCompressor):
     """Send floating-point data as float16; reduced with float32 accumulation, cast back."""
 
     wire_dtype = "fp16"
 
 
-class BF16Compressor(Compressor):
+class BF16Compressor(_CastCompressor):
     """Send floating-point data as bfloat16 (float32's range; what Horovod cannot do over MPI)."""
 
     wire_dtype = "bf16"
+
+
+_WIRE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class Compression:
@@ -111,6 +135,17 @@ class Backend:
         """Write ``array``'s values into ``tensor``."""
         raise NotImplementedError
 
+    def dtype(self, tensor: Any) -> Any:
+        """The framework's own dtype object of ``tensor``."""
+        raise NotImplementedError
+
+    def is_floating(self, tensor: Any) -> bool:
+        raise NotImplementedError
+
+    def cast(self, tensor: Any, dtype: Any) -> Any:
+        """``tensor`` as ``dtype``: a name ("float16", "bfloat16") or a framework dtype."""
+        raise NotImplementedError
+
 
 class NumpyBackend(Backend):
     def array(self, tensor: Any) -> np.ndarray:
@@ -124,6 +159,20 @@ class NumpyBackend(Backend):
     def assign(self, tensor: Any, array: np.ndarray) -> None:
         if tensor is not array:
             np.copyto(tensor, array)
+
+    def dtype(self, tensor: Any) -> Any:
+        return np.asarray(tensor).dtype
+
+    def is_floating(self, tensor: Any) -> bool:
+        dtype = np.asarray(tensor).dtype
+        return dtype.kind == "f" or dtype.name == "bfloat16"
+
+    def cast(self, tensor: Any, dtype: Any) -> Any:
+        if dtype == "bfloat16":
+            import ml_dtypes
+
+            dtype = ml_dtypes.bfloat16
+        return np.asarray(tensor).astype(dtype)
 
 
 class _HandleSet:
@@ -252,18 +301,34 @@ class Horovod:
         op_name = _op_name(average, op)
         backend = backend_for(tensors[0]) if tensors else _NUMPY
         arrays = [backend.array(t) for t in tensors]
-        # Reduce the tensor's own memory when it can be; otherwise a contiguous copy.
-        work = [a if in_place and _reducible_in_place(a) else np.array(a, order="C", copy=True)
-                for a in arrays]
+        scaled = float(prescale) != 1.0 or float(postscale) != 1.0
+        integers = [scaled and a.dtype.kind in "iu" for a in arrays]
+        # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
+        # integers are scaled as Horovod scales them: in float64, truncated back, before the
+        # sum (prescale) and after it (postscale, with avg's 1/N), always on a copy, so that
+        # the tensor is unchanged if the collective fails.
+        work = [_prescaled_integers(a, prescale) if integer
+                else a if in_place and _reducible_in_place(a)
+                else np.array(a, order="C", copy=True)
+                for a, integer in zip(arrays, integers)]
         if compression is not None and compression not in _BUILT_IN_COMPRESSORS:
             # A user's Compressor: run its compress/decompress around the reduction.
             return self._custom_compressed(backend, tensors, work, in_place, op_name,
                                            compression, prescale, postscale)
-        handle = ringlet.allreduce_group_async(
-            work, op_name, compression=compression, prescale=prescale, postscale=postscale,
-        )
+        floats = [w for w, integer in zip(work, integers) if not integer]
+        whole = [w for w, integer in zip(work, integers) if integer]
+        parts = [ringlet.allreduce_group_async(
+            floats, op_name, compression=compression, prescale=prescale, postscale=postscale)]
+        if whole:
+            parts.append(ringlet.allreduce_group_async(
+                whole, "sum" if op_name == "avg" else op_name))
+        handle = ringlet.Handle(parts, lambda: None)
+        post = float(postscale) / (ringlet.size() if op_name == "avg" else 1)
 
         def finish() -> Any:
+            for w, integer in zip(work, integers):
+                if integer:
+                    np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
             if in_place:
                 for tensor, result in zip(tensors, work):
                     backend.assign(tensor, result)
@@ -448,6 +513,12 @@ class Horovod:
         handles = [self.broadcast_async_(p, root_rank) for _, p in items if p is not None]
         for handle in handles:
             handle.synchronize()
+
+
+def _prescaled_integers(array: np.ndarray, prescale: float) -> np.ndarray:
+    """``array`` times ``prescale`` in float64, truncated toward zero (a new C array)."""
+    scaled = np.trunc(array.astype(np.float64) * float(prescale))
+    return np.ascontiguousarray(scaled.astype(array.dtype))
 
 
 def _reducible_in_place(array: np.ndarray) -> bool:

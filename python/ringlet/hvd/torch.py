@@ -68,6 +68,15 @@ class TorchBackend(Backend):
             return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(array)
 
+    def dtype(self, tensor: Any) -> Any:
+        return tensor.dtype
+
+    def is_floating(self, tensor: Any) -> bool:
+        return bool(tensor.dtype.is_floating_point)
+
+    def cast(self, tensor: Any, dtype: Any) -> Any:
+        return tensor.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+
     def assign(self, tensor: Any, array: np.ndarray) -> None:
         view = self.array(tensor)
         if view.__array_interface__["data"][0] == array.__array_interface__["data"][0]:
@@ -100,11 +109,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._postscale = gradient_predivide_factor
         self._passes = backward_passes_per_step
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            names = {id(p) for _, p in named}
-            if len(names) != len(named) or any(id(p) not in names for p in params):
-                raise ValueError("named_parameters must name every optimized parameter once")
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
         self._buckets = _buckets(params, groups)
         self._bucket_of = {id(p): i for i, bucket in enumerate(self._buckets) for p in bucket}
         self._countdown = {id(p): self._passes for p in params}
@@ -174,10 +180,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         if self._should_synchronize:
             if self._synchronized:
+                # Horovod's words: scripts and Horovod's tests match them.
                 warnings.warn(
-                    "optimizer.step() called without a loss.backward() since the last "
-                    "synchronize(); use optimizer.skip_synchronize() after a manual "
-                    "synchronize()", stacklevel=2,
+                    "optimizer.step() called without optimizer.skip_synchronize() context after "
+                    "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                    "consider using optimizer.skip_synchronize() context if you use "
+                    "optimizer.synchronize() in your code.", stacklevel=2,
                 )
             self.synchronize()
         self._synchronized = False
@@ -198,6 +206,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 _OPS = {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}
+
+
+def _parameter_names(param_groups: list[dict[str, Any]],
+                     named_parameters: Any) -> dict[torch.Tensor, str]:
+    """Parameter -> name, checked as Horovod checks it (same errors, same words)."""
+    params = [p for group in param_groups for p in group["params"]]
+    if named_parameters is None:
+        # Numbered over all groups (Horovod numbers per group, which repeats names).
+        return {p: f"allreduce.noname.{i}" for i, p in enumerate(params)}
+    named = list(named_parameters)
+    if any(not isinstance(item, tuple) for item in named):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    seen: set[str] = set()
+    duplicates = sorted({name for name, _ in named if name in seen or seen.add(name)})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. "
+                         f"Found duplicates: {', '.join(duplicates)}")
+    named_ids = {id(p) for _, p in named}
+    unnamed = [id(p) for p in params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: "
+                         f"{', '.join(str(i) for i in unnamed)}")
+    return {p: name for name, p in named}
 
 
 def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]]:
