@@ -185,3 +185,35 @@ def test_compressors_cast_numpy_arrays_too():
         assert restored.dtype == np.float64 and np.array_equal(restored, x)
     ints, ctx = hvd.Compression.fp16.compress(np.arange(3))
     assert ints.dtype == np.arange(3).dtype
+
+
+def test_build_information_is_honest():
+    assert hvd.mpi_built() and hvd.mpi_enabled()
+    for built in (hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built, hvd.ddl_built,
+                  hvd.ccl_built, hvd.cuda_built, hvd.rocm_built):
+        assert built() is False
+    hosts = ringlet.topology().hosts
+    assert hvd.is_homogeneous() == (len({hosts.count(h) for h in hosts}) == 1)
+
+
+def test_the_async_and_grouped_gathers_and_scatters_match_the_synchronous_ones(rank, size):
+    rows = rank + 1  # a different first dimension on every rank
+    x = np.full((rows, 3), float(rank))
+    handle = hvd.allgather_async(x)
+    assert hvd.poll(handle)
+    gathered = hvd.synchronize(handle)
+    assert gathered.shape == (sum(range(1, size + 1)), 3)
+    assert np.array_equal(gathered, hvd.allgather(x))
+    both = hvd.synchronize(hvd.grouped_allgather_async([x, x[:, :1]]))
+    assert np.array_equal(both[0], gathered) and np.array_equal(both[1], gathered[:, :1])
+    assert all(np.array_equal(a, b)
+               for a, b in zip(hvd.grouped_allgather([x, x[:, :1]]), both))
+    y = np.arange(4 * size, dtype=np.float64).reshape(2 * size, 2) * (rank + 1)
+    mine = hvd.synchronize(hvd.reducescatter_async(y, op=hvd.Sum))
+    assert np.array_equal(mine, hvd.reducescatter(y, op=hvd.Sum))
+    total = np.arange(4 * size, dtype=np.float64).reshape(2 * size, 2) * sum(
+        range(1, size + 1))
+    assert np.array_equal(mine, total[2 * rank:2 * rank + 2])
+    pair = hvd.synchronize(hvd.grouped_reducescatter_async([y, y], op=hvd.Sum))
+    assert all(np.array_equal(p, mine) for p in pair)
+    assert all(np.array_equal(p, mine) for p in hvd.grouped_reducescatter([y, y], op=hvd.Sum))

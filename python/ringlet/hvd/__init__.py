@@ -39,6 +39,17 @@ mpi_built = _api.mpi_built
 gloo_enabled = _api.gloo_enabled
 gloo_built = _api.gloo_built
 nccl_built = _api.nccl_built
+ddl_built = _api.ddl_built
+ccl_built = _api.ccl_built
+cuda_built = _api.cuda_built
+rocm_built = _api.rocm_built
+is_homogeneous = _api.is_homogeneous
+allgather_async = _api.allgather_async
+grouped_allgather = _api.grouped_allgather
+grouped_allgather_async = _api.grouped_allgather_async
+reducescatter_async = _api.reducescatter_async
+grouped_reducescatter = _api.grouped_reducescatter
+grouped_reducescatter_async = _api.grouped_reducescatter_async
 allreduce = _api.allreduce
 allreduce_ = _api.allreduce_
 allreduce_async = _api.allreduce_async
@@ -73,6 +84,7 @@ __all__ = [
     "ReduceOp",
     "Sum",
     "allgather",
+    "allgather_async",
     "allgather_object",
     "allreduce",
     "allreduce_",
@@ -85,15 +97,23 @@ __all__ = [
     "broadcast_async_",
     "broadcast_object",
     "broadcast_parameters",
+    "ccl_built",
     "cross_rank",
     "cross_size",
+    "cuda_built",
+    "ddl_built",
     "gloo_built",
     "gloo_enabled",
+    "grouped_allgather",
+    "grouped_allgather_async",
     "grouped_allreduce",
     "grouped_allreduce_",
     "grouped_allreduce_async",
     "grouped_allreduce_async_",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
     "init",
+    "is_homogeneous",
     "is_initialized",
     "join",
     "local_rank",
@@ -105,6 +125,8 @@ __all__ = [
     "poll",
     "rank",
     "reducescatter",
+    "reducescatter_async",
+    "rocm_built",
     "shutdown",
     "size",
     "synchronize",

@@ -199,6 +199,13 @@ class _HandleSet:
     done, wait = poll, synchronize
 
 
+def _done(result: Any) -> _HandleSet:
+    """A handle for work that has already run."""
+    handle = _HandleSet(None, lambda: result)
+    handle.result, handle.finished = result, True
+    return handle
+
+
 _NUMPY = NumpyBackend()
 _backends: dict[type, Backend] = {}
 
@@ -277,6 +284,29 @@ class Horovod:
     @staticmethod
     def nccl_built() -> bool:
         return False
+
+    # ringlet is built on MPI alone, for CPU tensors: honest answers for the other backends.
+    @staticmethod
+    def ddl_built() -> bool:
+        return False
+
+    @staticmethod
+    def ccl_built() -> bool:
+        return False
+
+    @staticmethod
+    def cuda_built() -> bool:
+        return False
+
+    @staticmethod
+    def rocm_built() -> bool:
+        return False
+
+    @staticmethod
+    def is_homogeneous() -> bool:
+        """Whether every host runs the same number of ranks."""
+        hosts = ringlet.topology().hosts
+        return len({hosts.count(h) for h in hosts}) == 1
 
     @staticmethod
     def barrier(process_set: Any = None) -> None:
@@ -440,6 +470,20 @@ class Horovod:
         backend = backend_for(tensor)
         return backend.tensor(ringlet.allgather(backend.array(tensor)), tensor)
 
+    def allgather_async(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
+        """``allgather`` behind a handle. It runs at the call, in order with the queued
+        collectives (ringlet has no background allgather), so the handle is already done."""
+        return _done(self.allgather(tensor, name, process_set))
+
+    def grouped_allgather(self, tensors: Sequence[Any], name: Any = None,
+                          process_set: Any = None) -> list[Any]:
+        """``allgather`` of each tensor, in order."""
+        return [self.allgather(t, name, process_set) for t in tensors]
+
+    def grouped_allgather_async(self, tensors: Sequence[Any], name: Any = None,
+                                process_set: Any = None) -> Any:
+        return _done(self.grouped_allgather(tensors, name, process_set))
+
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
         _check_process_set(process_set)
@@ -462,6 +506,27 @@ class Horovod:
         if postscale_factor != 1.0:
             mine *= postscale_factor
         return backend.tensor(mine, tensor)
+
+    def reducescatter_async(self, tensor: Any, name: Any = None, op: Any = Average,
+                            process_set: Any = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0) -> Any:
+        """``reducescatter`` behind a handle (run at the call, like ``allgather_async``)."""
+        return _done(self.reducescatter(tensor, name, op, process_set, prescale_factor,
+                                        postscale_factor))
+
+    def grouped_reducescatter(self, tensors: Sequence[Any], name: Any = None, op: Any = Average,
+                              process_set: Any = None, prescale_factor: float = 1.0,
+                              postscale_factor: float = 1.0) -> list[Any]:
+        """``reducescatter`` of each tensor, in order."""
+        return [self.reducescatter(t, name, op, process_set, prescale_factor, postscale_factor)
+                for t in tensors]
+
+    def grouped_reducescatter_async(self, tensors: Sequence[Any], name: Any = None,
+                                    op: Any = Average, process_set: Any = None,
+                                    prescale_factor: float = 1.0,
+                                    postscale_factor: float = 1.0) -> Any:
+        return _done(self.grouped_reducescatter(tensors, name, op, process_set,
+                                                prescale_factor, postscale_factor))
 
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
