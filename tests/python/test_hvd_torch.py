@@ -322,3 +322,71 @@ def test_compressors_return_the_compressed_dtype_and_restore_it(compression, wir
         assert compression.decompress(compressed, ctx).dtype == dtype
     none, ctx = hvd.Compression.none.compress(torch.ones(3))
     assert none.dtype == torch.float32 and hvd.Compression.none.decompress(none, ctx) is none
+
+
+# ---- autograd: each rule against the gradient of the same computation in one process ----------
+
+
+def _weights(rank: int, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.arange(float(torch.Size(shape).numel())).reshape(shape) * 0.25 + rank
+
+
+def _inputs(size: int, rows=lambda r: 3) -> list[torch.Tensor]:
+    return [torch.linspace(-1, 1, rows(r) * 4).reshape(rows(r), 4) + r for r in range(size)]
+
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+def test_allreduce_gradient_is_the_allreduce_of_the_gradient(rank, size, op):
+    xs = _inputs(size)
+    x = xs[rank].clone().requires_grad_()
+    y = hvd.allreduce(x, op=op, prescale_factor=0.5, postscale_factor=4.0)
+    assert y.requires_grad and y.grad_fn is not None
+    (y * _weights(rank, (3, 4))).sum().backward()
+    # One process: every rank's loss on the reduction of every rank's input, summed.
+    leaves = [t.clone().requires_grad_() for t in xs]
+    reduced = sum(t * 0.5 for t in leaves) * (4.0 / (size if op == hvd.Average else 1))
+    sum((reduced * _weights(r, (3, 4))).sum() for r in range(size)).backward()
+    assert torch.allclose(x.grad, leaves[rank].grad), (x.grad, leaves[rank].grad)
+
+
+def test_grouped_allreduce_gradients(rank, size):
+    xs = _inputs(size)
+    a, b = xs[rank].clone().requires_grad_(), (xs[rank][0] * 2).clone().requires_grad_()
+    ya, yb = hvd.grouped_allreduce([a, b], op=hvd.Sum)
+    ((ya * _weights(rank, (3, 4))).sum() + (yb * (rank + 1)).sum()).backward()
+    total = sum(_weights(r, (3, 4)) for r in range(size))
+    assert torch.allclose(a.grad, total)
+    assert torch.allclose(b.grad, torch.full((4,), float(sum(range(1, size + 1)))))
+
+
+def test_allgather_gradient_is_this_ranks_rows_of_the_averaged_gradient(rank, size):
+    xs = _inputs(size, rows=lambda r: r + 1)  # a different first dimension per rank
+    x = xs[rank].clone().requires_grad_()
+    gathered = hvd.allgather(x)
+    rows = sum(r + 1 for r in range(size))
+    (gathered * _weights(rank, (rows, 4))).sum().backward()
+    leaves = [t.clone().requires_grad_() for t in xs]
+    everything = torch.cat(leaves)
+    (sum((everything * _weights(r, (rows, 4))).sum() for r in range(size)) / size).backward()
+    assert torch.allclose(x.grad, leaves[rank].grad)
+
+
+@pytest.mark.parametrize("root", [0, -1])
+def test_broadcast_gradient_goes_to_the_root(rank, size, root):
+    root = root % size
+    xs = _inputs(size)
+    x = xs[rank].clone().requires_grad_()
+    y = hvd.broadcast(x, root_rank=root)
+    assert torch.equal(y.detach(), xs[root])
+    (y * _weights(rank, (3, 4))).sum().backward()
+    leaves = [t.clone().requires_grad_() for t in xs]
+    (sum((leaves[root] * _weights(r, (3, 4))).sum() for r in range(size)) / size).backward()
+    expected = leaves[rank].grad if leaves[rank].grad is not None else torch.zeros(3, 4)
+    assert torch.allclose(x.grad, expected)
+
+
+def test_collectives_without_grad_stay_plain(rank, size):
+    x = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        assert hvd.allreduce(x).grad_fn is None
+    assert hvd.allreduce(torch.ones(3)).grad_fn is None

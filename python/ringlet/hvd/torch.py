@@ -4,8 +4,9 @@
 Tensors go to the Rust core zero-copy (``tensor.numpy()`` views; bfloat16 through an int16
 view). ``DistributedOptimizer`` registers a hook on every parameter: when a gradient is ready
 during ``backward()``, its bucket's fused allreduce starts in ringlet's background thread, and
-``step()`` waits for all of them first. Everything runs on CPU tensors; the collectives are not
-differentiable (Horovod's ``allreduce`` is; wrap it yourself if you need that).
+``step()`` waits for all of them first. Everything runs on CPU tensors. ``allreduce``,
+``grouped_allreduce``, ``allgather`` and ``broadcast`` are differentiable, with Horovod's
+backward rules.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ._common import (
     register_backend,
 )
 from ._common import Horovod as _Horovod
+from ._common import _check_process_set as hvd_check_process_set
 from .timeline import Timeline
 
 
@@ -87,6 +89,128 @@ class TorchBackend(Backend):
 
 register_backend(torch.Tensor, TorchBackend())
 _api = _Horovod()
+
+
+# ---- differentiable collectives (Horovod's autograd functions and backward rules) ----------
+
+
+def _differentiable(tensors: Any) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+class _Allreduce(torch.autograd.Function):
+    """The gradient of an allreduce is the allreduce of the gradient, same op and factors."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, op: Any, prescale: float, postscale: float,
+                compression: Any) -> torch.Tensor:
+        ctx.reduction = (op, prescale, postscale)
+        return _api.allreduce(tensor, op=op, prescale_factor=prescale,
+                              postscale_factor=postscale, compression=compression)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        op, prescale, postscale = ctx.reduction
+        return (_api.allreduce(grad.contiguous(), op=op, prescale_factor=prescale,
+                               postscale_factor=postscale), None, None, None, None)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, reduction: tuple[Any, float, float, Any],
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        op, prescale, postscale, compression = reduction
+        ctx.reduction = (op, prescale, postscale)
+        return tuple(_api.grouped_allreduce(list(tensors), op=op, prescale_factor=prescale,
+                                            postscale_factor=postscale,
+                                            compression=compression))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        op, prescale, postscale = ctx.reduction
+        reduced = _api.grouped_allreduce([g.contiguous() for g in grads], op=op,
+                                         prescale_factor=prescale, postscale_factor=postscale)
+        return (None, *reduced)
+
+
+class _Allgather(torch.autograd.Function):
+    """The gradient of an allgather is this rank's rows of the gradient averaged over ranks
+    (Horovod 0.28's rule; it summed before 0.20)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        ctx.rows = tensor.shape[0]
+        return _api.allgather(tensor)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        reduced = _api.allreduce(grad.contiguous(), op=Average)
+        rows = ringlet.allgather_object(ctx.rows)
+        start = sum(rows[:ringlet.rank()])
+        return reduced.narrow(0, start, ctx.rows)
+
+
+class _Broadcast(torch.autograd.Function):
+    """The gradient of a broadcast goes to the root: the average over ranks of the gradient
+    there, zeros elsewhere (Horovod's rule)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
+        ctx.root_rank = root_rank
+        return _api.broadcast(tensor, root_rank)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        reduced = _api.allreduce(grad.contiguous(), op=Average)
+        if ringlet.rank() != ctx.root_rank:
+            reduced = torch.zeros_like(reduced)
+        return reduced, None
+
+
+def allreduce(tensor: Any, average: Any = None, name: Any = None,
+              compression: Any = Compression.none, op: Any = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: Any = None) -> Any:
+    """Horovod's ``allreduce``: a new tensor, differentiable when ``tensor`` requires grad."""
+    op = _OPS[_op_name(average, op)]
+    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+        return _api.allreduce(tensor, op=op, compression=compression, process_set=process_set,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor)
+    hvd_check_process_set(process_set)
+    return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, compression)
+
+
+def grouped_allreduce(tensors: Any, average: Any = None, name: Any = None,
+                      compression: Any = Compression.none, op: Any = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: Any = None) -> list[Any]:
+    """Horovod's ``grouped_allreduce``: new tensors, differentiable like ``allreduce``."""
+    op = _OPS[_op_name(average, op)]
+    tensors = list(tensors)
+    if not all(isinstance(t, torch.Tensor) for t in tensors) or not _differentiable(tensors):
+        return _api.grouped_allreduce(tensors, op=op, compression=compression,
+                                      process_set=process_set, prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor)
+    hvd_check_process_set(process_set)
+    reduction = (op, prescale_factor, postscale_factor, compression)
+    return list(_GroupedAllreduce.apply(reduction, *tensors))
+
+
+def allgather(tensor: Any, name: Any = None, process_set: Any = None) -> Any:
+    """Horovod's ``allgather``: differentiable when ``tensor`` requires grad."""
+    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+        return _api.allgather(tensor, name, process_set)
+    hvd_check_process_set(process_set)
+    return _Allgather.apply(tensor)
+
+
+def broadcast(tensor: Any, root_rank: int, name: Any = None, process_set: Any = None) -> Any:
+    """Horovod's ``broadcast``: a new tensor, differentiable when ``tensor`` requires grad."""
+    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+        return _api.broadcast(tensor, root_rank, name, process_set)
+    hvd_check_process_set(process_set)
+    return _Broadcast.apply(tensor, root_rank)
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:

@@ -1,0 +1,297 @@
+"""ringletrun: horovodrun's common options, translated into the MPI launcher's command line.
+
+ringlet is an MPI program, so this is no launcher of its own: it builds the `mpirun` command for
+the MPI it finds (Open MPI, or MPICH's Hydra) and execs it, so that a job started by ringletrun
+behaves exactly like one started by that `mpirun` by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+HostList = list[tuple[str, int]]
+
+_HOST = re.compile(r"([^\s:]+)(?::(\d+))?\Z")
+_HOSTFILE_LINE = re.compile(r"([^\s:]+)(?::(\d+)|\s+slots\s*=\s*(\d+))?\Z")
+# Names Open MPI's -x can carry: exported shell functions (BASH_FUNC_f%%) and the like cannot.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+_ROOT_VARIABLES = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+# horovodrun's options that configure Horovod's own runtime, elastic mode, ssh or its launcher:
+# nothing in mpirun or ringlet does what they ask, so running anyway would quietly differ.
+_REFUSED = (
+    ("-cb", "--check-build"), ("--network-interface",), ("--network-interfaces",),
+    ("--output-filename",), ("--config-file",), ("-p", "--ssh-port"),
+    ("-i", "--ssh-identity-file"), ("--cycle-time-ms",), ("--cache-capacity",),
+    ("--hierarchical-allreduce",), ("--no-hierarchical-allreduce",),
+    ("--hierarchical-allgather",), ("--no-hierarchical-allgather",), ("--autotune",),
+    ("--autotune-log-file",), ("--autotune-warmup-samples",), ("--autotune-steps-per-sample",),
+    ("--autotune-bayes-opt-max-samples",), ("--autotune-gaussian-process-noise",),
+    ("--min-np", "--min-num-proc"), ("--max-np", "--max-num-proc"), ("--slots-per-host",),
+    ("--elastic-timeout",), ("--reset-limit",), ("--blacklist-cooldown-range",),
+    ("--host-discovery-script",), ("--timeline-mark-cycles",), ("--no-stall-check",),
+    ("--stall-check-warning-time-seconds",), ("--stall-check-shutdown-time-seconds",),
+    ("--mpi-threads-disable",), ("--tcp",), ("--binding-args",), ("--num-nccl-streams",),
+    ("--thread-affinity",), ("--gloo-timeout-seconds",), ("--log-level",),
+    ("--log-without-timestamp",), ("-prefix-timestamp", "--prefix-output-with-timestamp"),
+    ("--jsrun",),
+)
+
+_EPILOG = """\
+The command is the MPI launcher's own, so the job runs as if started by hand:
+  Open MPI:  mpirun -np N [-H h1:2,h2:2 | --hostfile F] --map-by slot
+             --bind-to none [--oversubscribe] [--allow-run-as-root]
+             -x NAME ... [-x NAME=VALUE ...] program args
+  MPICH:     mpirun -np N [-hosts h1:2,h2:2] -genvall [-genv NAME VALUE ...]
+             program args
+
+Ranks fill a host's slots before the next host's (block placement), so the
+ring crosses each host boundary once. Ranks are not bound to cores (as with
+horovodrun), so a rank's threads may use every core. The job gets this
+environment: Open MPI is given -x for each variable set here (as horovodrun
+does), MPICH's Hydra -genvall. A hostfile has lines 'host slots=N' or
+'host:N'; Hydra gets its hosts as -hosts. Open MPI gets --oversubscribe only
+when -np exceeds the slots given or, without hosts, this host's cores; and
+--allow-run-as-root when run as root without OMPI_ALLOW_RUN_AS_ROOT=1 and
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.
+
+--fusion-threshold-mb N sets RINGLET_FUSION_THRESHOLD (N MiB, in bytes) for
+the job, --timeline-filename F sets RINGLET_TIMELINE=F. --start-timeout and
+--disable-cache are ignored with a warning. --gloo and horovodrun's other
+options are refused: pass the launcher's own options with --mpi-args.
+"""
+
+
+class RunError(Exception):
+    """A command line ringletrun cannot translate; main reports it as a usage error."""
+
+
+class _Refused(argparse.Action):
+    """A horovodrun option that means nothing here: fail naming it, rather than run a job that
+    is not what was asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, reason: str) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+        self.reason = reason
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        raise argparse.ArgumentError(self, self.reason)
+
+
+class _Ignored(argparse.Action):
+    """A horovodrun option about horovodrun's own start-up, which mpirun does not have."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"ringletrun: warning: {option_string} is ignored: mpirun starts the ranks itself",
+              file=sys.stderr)
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ringletrun", allow_abbrev=False, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="ringletrun [options] program [args ...]",
+        description="Run an MPI job with horovodrun's options: translates them into the "
+                    "mpirun command of the MPI found and execs it.")
+    parser.add_argument("-np", "--num-proc", dest="np", type=_at_least(1),
+                        help="number of ranks (default: the slots of -H/--hostfile)")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", help="hosts and their slots: host1:2,host2:2")
+    hosts.add_argument("-hostfile", "--hostfile",
+                       help="file of lines 'host slots=N' (or 'host:N')")
+    parser.add_argument("--verbose", action="store_true", help="print the command to stderr")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the command and exit without running it")
+    parser.add_argument("--mpi-launcher", default="mpirun", metavar="PATH",
+                        help="the MPI launcher (default: mpirun on PATH)")
+    parser.add_argument("--mpi-args", default="", metavar="ARGS",
+                        help="launcher options to add, in one string")
+    parser.add_argument("--fusion-threshold-mb", type=_at_least(0), metavar="MB",
+                        help="RINGLET_FUSION_THRESHOLD for the job, in MiB")
+    parser.add_argument("--timeline-filename", metavar="FILE",
+                        help="RINGLET_TIMELINE for the job")
+    parser.add_argument("--mpi", action="store_true", help="accepted: ringlet runs on MPI")
+    parser.add_argument("--start-timeout", action=_Ignored, help=argparse.SUPPRESS)
+    parser.add_argument("--disable-cache", action=_Ignored, nargs=0, help=argparse.SUPPRESS)
+    parser.add_argument("--gloo", action=_Refused, reason="ringlet runs on MPI only")
+    for names in _REFUSED:
+        parser.add_argument(*names, action=_Refused, reason=(
+            "horovodrun's option is not supported by ringletrun, which only translates onto "
+            "the MPI launcher; give the launcher's own options with --mpi-args"))
+    parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_hosts(text: str) -> HostList:
+    """`host1:2,host2` as (host, slots); a host without a count has one slot, as in both MPIs'
+    own host lists."""
+    hosts = []
+    for item in text.split(","):
+        match = _HOST.match(item.strip())
+        if match is None or int(match[2] or 1) < 1:
+            raise RunError(f"cannot read host {item!r} of -H {text!r}: expected host or host:N "
+                           "(N >= 1)")
+        hosts.append((match[1], int(match[2] or 1)))
+    return hosts
+
+
+def read_hostfile(path: str) -> tuple[HostList, bool]:
+    """The hosts of a hostfile, and whether every line is `host slots=N`, the form Open MPI
+    reads as the same slots (a bare host there means all its cores, and host:N is no host)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as error:
+        raise RunError(f"cannot read hostfile {path}: {error.strerror}") from None
+    hosts, native = [], True
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        match = _HOSTFILE_LINE.match(text)
+        if match is None or int(match[2] or match[3] or 1) < 1:
+            raise RunError(f"{path}, line {number}: expected 'host slots=N' or 'host:N' "
+                           "(N >= 1), "
+                           f"got {line.strip()!r}")
+        hosts.append((match[1], int(match[2] or match[3] or 1)))
+        native = native and match[3] is not None
+    if not hosts:
+        raise RunError(f"hostfile {path} lists no hosts")
+    return hosts, native
+
+
+def detect_flavor(launcher: str) -> str:
+    """'openmpi' or 'mpich', from `<launcher> --version`, by the strings
+    tests/run_mpi_suite.py looks for."""
+    if shutil.which(launcher) is None:
+        raise RunError(f"no MPI launcher {launcher!r} found; install Open MPI or MPICH, or name "
+                       "the launcher with --mpi-launcher")
+    try:
+        result = subprocess.run([launcher, "--version"], capture_output=True, text=True,
+                                errors="replace", stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise RunError(f"'{launcher} --version' failed: {error}") from None
+    text = result.stdout + result.stderr
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    if "HYDRA" in text or "MPICH" in text:
+        return "mpich"
+    found = text.strip().splitlines()[0] if text.strip() else "nothing"
+    raise RunError(f"{launcher} is neither Open MPI's launcher nor MPICH's (Hydra): "
+                   f"'{launcher} --version' printed {found!r}")
+
+
+def _local_cores() -> int:
+    """The slots Open MPI gives this host by default: its cores (the hardware threads of one
+    core share a slot) that this process may run on."""
+    cpus = (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
+            else range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        try:
+            siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return len(cores)
+
+
+def build_command(args: argparse.Namespace, flavor: str, environ: Mapping[str, str]) -> list[str]:
+    """The launcher's command line for `args` (parsed by ringletrun's parser) under `flavor`."""
+    program = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not program:
+        raise RunError("no program given: ringletrun [options] program [args ...]")
+    try:
+        mpi_args = shlex.split(args.mpi_args)
+    except ValueError as error:
+        raise RunError(f"cannot split --mpi-args {args.mpi_args!r}: {error}") from None
+    hosts: HostList = []
+    native_hostfile = False
+    if args.hosts is not None:
+        hosts = parse_hosts(args.hosts)
+    elif args.hostfile is not None:
+        hosts, native_hostfile = read_hostfile(args.hostfile)
+    slots = sum(count for _, count in hosts)
+    ranks = args.np if args.np is not None else slots
+    if not ranks:
+        raise RunError("-np is needed: give the number of ranks (-np N), or hosts whose slots to "
+                       "fill (-H host1:2,host2:2 or --hostfile FILE)")
+    settings = {}
+    if args.fusion_threshold_mb is not None:
+        settings["RINGLET_FUSION_THRESHOLD"] = str(args.fusion_threshold_mb << 20)
+    if args.timeline_filename is not None:
+        settings["RINGLET_TIMELINE"] = args.timeline_filename
+    host_list = ",".join(f"{host}:{count}" for host, count in hosts)
+    command = [args.mpi_launcher, "-np", str(ranks)]
+    if flavor == "openmpi":
+        if os.geteuid() == 0 and not all(environ.get(name) == "1" for name in _ROOT_VARIABLES):
+            command.append("--allow-run-as-root")
+        if native_hostfile:
+            command += ["--hostfile", args.hostfile]
+        elif hosts:
+            command += ["-H", host_list]
+        command += ["--map-by", "slot", "--bind-to", "none"]
+        if ranks > (slots if hosts else _local_cores()):
+            command.append("--oversubscribe")
+        for name in sorted(environ):
+            if _ENV_NAME.match(name) and name not in settings:
+                command += ["-x", name]
+        for name, value in settings.items():
+            command += ["-x", f"{name}={value}"]
+    else:
+        if hosts:
+            command += ["-hosts", host_list]
+        command.append("-genvall")
+        for name, value in settings.items():
+            command += ["-genv", name, value]
+    return [*command, *mpi_args, *program]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """ringletrun's entry point: exec the launcher's command, or print it with --dry-run."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        command = build_command(args, detect_flavor(args.mpi_launcher), os.environ)
+    except RunError as error:
+        parser.error(str(error))
+    line = shlex.join(command)
+    if args.verbose:
+        print(line, file=sys.stderr, flush=True)
+    if args.dry_run:
+        print(line)
+        return 0
+    sys.stdout.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        parser.error(f"cannot run {command[0]}: {error.strerror}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""ringletrun (python/ringlet/run.py): horovodrun's options translated into each MPI's mpirun.
+
+Ordinary pytest, not under mpirun: the commands come from --dry-run with fake launchers that
+only answer --version; one test starts a real 2-rank job with the mpirun on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringlet import run
+
+OPENMPI_VERSION = "mpirun (Open MPI) 4.1.4"
+HYDRA_VERSION = "HYDRA build details:\n    Version:                                 4.0.2"
+ENVIRONMENT = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/src", "LD_LIBRARY_PATH": "/lib/mpi",
+               "RINGLET_CHECK": "0", "BASH_FUNC_f%%": "() { :; }"}
+PLACEMENT = ["--map-by", "slot", "--bind-to", "none"]
+EXPORTS = ["-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "PYTHONPATH", "-x", "RINGLET_CHECK"]
+
+
+def fake_launcher(directory: Path, version: str) -> str:
+    path = directory / "mpirun"
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && printf '%s\\n' '{version}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def openmpi(tmp_path: Path) -> str:
+    return fake_launcher(tmp_path / "openmpi", OPENMPI_VERSION) if (
+        tmp_path / "openmpi").mkdir() is None else ""
+
+
+@pytest.fixture
+def hydra(tmp_path: Path) -> str:
+    (tmp_path / "hydra").mkdir()
+    return fake_launcher(tmp_path / "hydra", HYDRA_VERSION)
+
+
+@pytest.fixture(autouse=True)
+def known_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-root user with 8 cores and a small, known environment."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(run, "_local_cores", lambda: 8)
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], launcher: str, *argv: str) -> list[str]:
+    assert run.main(["--dry-run", "--mpi-launcher", launcher, *argv]) == 0
+    output = capsys.readouterr().out
+    assert output.count("\n") == 1
+    return shlex.split(output)
+
+
+def refused(capsys: pytest.CaptureFixture[str], launcher: str, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--dry-run", "--mpi-launcher", launcher, *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+def test_openmpi_places_blocks_and_exports_the_environment(capsys, openmpi):
+    command = dry_run(capsys, openmpi, "-np", "4", "python", "train.py", "--lr", "0.1")
+    assert command == [openmpi, "-np", "4", *PLACEMENT, *EXPORTS,
+                       "python", "train.py", "--lr", "0.1"]
+
+
+def test_hydra_places_blocks_and_forwards_the_whole_environment(capsys, hydra):
+    command = dry_run(capsys, hydra, "--num-proc", "4", "python", "train.py")
+    assert command == [hydra, "-np", "4", "-genvall", "python", "train.py"]
+
+
+@pytest.mark.parametrize("option", ["-H", "--hosts"])
+def test_hosts_give_slots_and_the_default_np(capsys, openmpi, hydra, option):
+    command = dry_run(capsys, openmpi, option, "a:2,b:2", "python", "train.py")
+    assert command == [openmpi, "-np", "4", "-H", "a:2,b:2", *PLACEMENT, *EXPORTS,
+                       "python", "train.py"]
+    command = dry_run(capsys, hydra, option, "a:2, b", "-np", "3", "python", "train.py")
+    assert command == [hydra, "-np", "3", "-hosts", "a:2,b:1", "-genvall", "python", "train.py"]
+
+
+def test_hostfile_in_open_mpi_form(capsys, tmp_path, openmpi, hydra):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the cluster\nnode1 slots=2\n\nnode2   slots = 4  # big one\n")
+    command = dry_run(capsys, openmpi, "-hostfile", str(hostfile), "python", "train.py")
+    assert command[:5] == [openmpi, "-np", "6", "--hostfile", str(hostfile)]
+    command = dry_run(capsys, hydra, "--hostfile", str(hostfile), "python", "train.py")
+    assert command == [hydra, "-np", "6", "-hosts", "node1:2,node2:4", "-genvall",
+                       "python", "train.py"]
+
+
+def test_hostfile_in_hydra_form_becomes_a_host_list_for_open_mpi(capsys, tmp_path, openmpi,
+                                                                   hydra):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1:2\nnode2 slots=3\nnode3\n")
+    command = dry_run(capsys, openmpi, "--hostfile", str(hostfile), "python", "train.py")
+    assert command[:5] == [openmpi, "-np", "6", "-H", "node1:2,node2:3,node3:1"]
+    command = dry_run(capsys, hydra, "--hostfile", str(hostfile), "python", "train.py")
+    assert command[:5] == [hydra, "-np", "6", "-hosts", "node1:2,node2:3,node3:1"]
+
+
+@pytest.mark.parametrize("text", ["node1 max_slots=4\n", "node1:0\n", "# nothing\n"])
+def test_unreadable_hostfile_is_refused(capsys, tmp_path, openmpi, text):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(text)
+    error = refused(capsys, openmpi, "--hostfile", str(hostfile), "python", "train.py")
+    assert str(hostfile) in error
+
+
+def test_missing_np_is_an_error_that_says_so(capsys, openmpi):
+    assert "-np is needed" in refused(capsys, openmpi, "python", "train.py")
+
+
+def test_missing_program_is_an_error(capsys, openmpi):
+    assert "no program given" in refused(capsys, openmpi, "-np", "2")
+
+
+def test_the_programs_own_arguments_are_untouched(capsys, openmpi, hydra):
+    program = ["python", "train.py", "-np", "3", "--lr", "0.1", "-H", "x:1", "--gloo", "-x", "Y"]
+    assert dry_run(capsys, openmpi, "-np", "2", *program)[-len(program):] == program
+    assert dry_run(capsys, hydra, "-np", "2", "--", *program)[-len(program):] == program
+
+
+def test_oversubscribe_only_beyond_the_slots_on_open_mpi(capsys, openmpi, hydra):
+    assert "--oversubscribe" not in dry_run(capsys, openmpi, "-np", "8", "python", "t.py")
+    assert "--oversubscribe" in dry_run(capsys, openmpi, "-np", "9", "python", "t.py")
+    assert "--oversubscribe" not in dry_run(capsys, openmpi, "-np", "2", "-H", "a:2", "python")
+    assert "--oversubscribe" in dry_run(capsys, openmpi, "-np", "3", "-H", "a:2", "python")
+    assert "--oversubscribe" not in dry_run(capsys, hydra, "-np", "3", "-H", "a:2", "python")
+
+
+def test_local_cores_counts_cores_not_hardware_threads():
+    cores = run._local_cores.__wrapped__() if hasattr(run._local_cores, "__wrapped__") else None
+    assert cores is None  # the fixture's stand-in; the real count is checked below
+
+
+def test_fusion_threshold_and_timeline_reach_the_job(capsys, openmpi, hydra, monkeypatch):
+    monkeypatch.setenv("RINGLET_TIMELINE", "1")
+    options = ["--fusion-threshold-mb", "8", "--timeline-filename", "trace.json"]
+    command = dry_run(capsys, openmpi, "-np", "2", *options, "python", "t.py")
+    assert command[-6:] == ["-x", "RINGLET_FUSION_THRESHOLD=8388608",
+                            "-x", "RINGLET_TIMELINE=trace.json", "python", "t.py"]
+    assert "RINGLET_TIMELINE" not in command  # the job's value is the option's, not ours
+    command = dry_run(capsys, hydra, "-np", "2", *options, "python", "t.py")
+    assert command == [hydra, "-np", "2", "-genvall",
+                       "-genv", "RINGLET_FUSION_THRESHOLD", "8388608",
+                       "-genv", "RINGLET_TIMELINE", "trace.json", "python", "t.py"]
+
+
+def test_mpi_args_go_before_the_program(capsys, openmpi):
+    command = dry_run(capsys, openmpi, "-np", "2", "--mpi-args=--mca btl tcp,self", "python")
+    assert command[-4:] == ["--mca", "btl", "tcp,self", "python"]
+
+
+def test_gloo_is_refused(capsys, openmpi):
+    assert "ringlet runs on MPI only" in refused(capsys, openmpi, "--gloo", "-np", "2", "python")
+
+
+@pytest.mark.parametrize("option", [
+    ["--network-interface", "eth0"], ["--cycle-time-ms", "5"], ["--cycle-time-ms=5"],
+    ["--autotune"], ["-p", "22"], ["--timeline-mark-cycles"],
+])
+def test_horovod_only_options_are_refused_by_name(capsys, openmpi, option):
+    error = refused(capsys, openmpi, "-np", "2", *option, "python", "t.py")
+    assert option[0].split("=")[0] in error and "not supported" in error
+
+
+def test_start_timeout_is_ignored_with_a_warning(capsys, openmpi):
+    assert run.main(["--dry-run", "--mpi-launcher", openmpi, "--start-timeout", "30",
+                     "-np", "2", "python"]) == 0
+    captured = capsys.readouterr()
+    assert "--start-timeout is ignored" in captured.err
+    assert "30" not in shlex.split(captured.out)
+
+
+@pytest.mark.parametrize(("confirmed", "added"), [(False, True), (True, False)])
+def test_root_on_open_mpi(capsys, monkeypatch, openmpi, hydra, confirmed, added):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    if confirmed:
+        monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    assert ("--allow-run-as-root" in dry_run(capsys, openmpi, "-np", "2", "python")) == added
+    assert "--allow-run-as-root" not in dry_run(capsys, hydra, "-np", "2", "python")
+
+
+def test_unknown_launcher_is_named(capsys, tmp_path):
+    (tmp_path / "other").mkdir()
+    launcher = fake_launcher(tmp_path / "other", "Intel(R) MPI Library for Linux* OS")
+    error = refused(capsys, launcher, "-np", "2", "python")
+    assert launcher in error and "Intel(R) MPI Library" in error
+    assert "no MPI launcher" in refused(capsys, str(tmp_path / "absent"), "-np", "2", "python")
+
+
+def test_without_dry_run_the_launcher_replaces_ringletrun(capsys, monkeypatch, hydra):
+    calls = []
+    monkeypatch.setattr(os, "execvp", lambda file, args: calls.append((file, args)))
+    run.main(["--verbose", "--mpi-launcher", hydra, "-np", "2", "python", "t.py"])
+    command = [hydra, "-np", "2", "-genvall", "python", "t.py"]
+    assert calls == [(hydra, command)]
+    captured = capsys.readouterr()
+    assert captured.out == "" and shlex.split(captured.err) == command
+
+
+def test_help_describes_the_translation(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for words in ("--mpi-launcher", "--dry-run", "--map-by slot", "-genvall", "--oversubscribe",
+                  "RINGLET_FUSION_THRESHOLD", "--gloo"):
+        assert words in text
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun on PATH")
+@pytest.mark.timeout(180)
+def test_a_real_two_rank_job():
+    script = "import ringlet; ringlet.init(); print(ringlet.rank(), ringlet.size())"
+    result = subprocess.run(
+        [sys.executable, "-m", "ringlet.run", "-np", "2", "--mpi-launcher", "mpirun",
+         sys.executable, "-c", script],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=150)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split("\n"))[-2:] == ["0 2", "1 2"]
