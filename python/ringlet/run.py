@@ -176,8 +176,7 @@ def read_hostfile(path: str) -> tuple[HostList, bool]:
         match = _HOSTFILE_LINE.match(text)
         if match is None or int(match[2] or match[3] or 1) < 1:
             raise RunError(f"{path}, line {number}: expected 'host slots=N' or 'host:N' "
-                           "(N >= 1), "
-                           f"got {line.strip()!r}")
+                           f"(N >= 1), got {line.strip()!r}")
         hosts.append((match[1], int(match[2] or match[3] or 1)))
         native = native and match[3] is not None
     if not hosts:
