@@ -390,3 +390,59 @@ def test_collectives_without_grad_stay_plain(rank, size):
     with torch.no_grad():
         assert hvd.allreduce(x).grad_fn is None
     assert hvd.allreduce(torch.ones(3)).grad_fn is None
+
+
+class _ModelNoGrad(torch.nn.Module):
+    """Horovod's test model: an integer parameter without grad beside a float one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+        self.b = torch.nn.Parameter(torch.rand(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(self.b, 0, self.a.long()) * x
+
+
+def test_optimizer_state_broadcast_with_parameters_without_gradients(rank, size):
+    torch.manual_seed(rank)  # different weights on every rank
+    model = _ModelNoGrad()
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                        nesterov=True), named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    assert optimizer.param_groups[0]["params"][0].grad is None
+    grad = optimizer.param_groups[0]["params"][1].grad
+    assert torch.equal(grad, hvd.broadcast(grad, root_rank=0))
+    buffers = hvd.allgather_object(optimizer.state_dict()["state"][1]["momentum_buffer"])
+    assert all(torch.equal(b, buffers[0]) for b in buffers)
+    # The ranks are still in step, and training goes on.
+    model(torch.ones(2)).sum().backward()
+    optimizer.step()
+    weights = hvd.allgather_object(model.b.detach())
+    assert all(torch.equal(w, weights[0]) for w in weights)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.Adam(ps, lr=0.01, amsgrad=True),
+    lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.01),
+    lambda ps: torch.optim.SGD(ps, lr=0.01),
+], ids=["adam", "rmsprop", "adagrad", "sgd_stateless"])
+def test_fresh_optimizer_state_is_made_then_broadcast(rank, size, make):
+    model = _model()
+    optimizer = make(model.parameters())
+    optimizer.param_groups[0]["lr"] = 0.01 * (rank + 1)  # a scalar option that differs
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    state = optimizer.state_dict()
+    assert state["param_groups"][0]["lr"] == 0.01
+    everyone = hvd.allgather_object(state)
+    for other in everyone:
+        assert other["state"].keys() == state["state"].keys()
+        for key, values in state["state"].items():
+            for name, value in values.items():
+                assert torch.equal(torch.as_tensor(other["state"][key][name]),
+                                   torch.as_tensor(value)), (key, name)
+    with pytest.raises(ValueError, match="LBFGS"):
+        hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), 0)

@@ -215,13 +215,33 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, process_set: Any = 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Make every rank's optimizer state (momentum buffers, Adam moments, step counts,
-    hyperparameters) equal to ``root_rank``'s."""
+    hyperparameters) equal to ``root_rank``'s.
+
+    As Horovod does, a fresh optimizer's state is first made by one step on zero gradients
+    (for the parameters that require grad; parameters without them keep ``grad = None``), so
+    that there is a state to send; an optimizer that still has none is stateless."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
+        if getattr(optimizer, "_ringlet_distributed", False):
+            # Its step() would allreduce the zeros: a collective the caller did not ask for.
+            super(optimizer.__class__, optimizer).step()
+        else:
+            optimizer.step()
     state = _api.broadcast_object(optimizer.state_dict(), root_rank)
     optimizer.load_state_dict(state)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed into the user's optimizer class by ``DistributedOptimizer``."""
+
+    _ringlet_distributed = True
 
     def __init__(self, params: Any, named_parameters: Any, compression: Any,
                  backward_passes_per_step: int, op: Any, gradient_predivide_factor: float,
@@ -318,6 +338,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self.timeline is not None:
             self.timeline.updated(started)
         return result
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load as the wrapped optimizer does, and forget gradients in flight (as Horovod)."""
+        self._handles.clear()
+        self._ready = [set() for _ in self._buckets]
+        self._countdown = dict.fromkeys(self._countdown, self._passes)
+        self._synchronized = False
+        self._should_synchronize = True
+        super(self.__class__, self).load_state_dict(state_dict)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._handles:
