@@ -446,3 +446,66 @@ def test_fresh_optimizer_state_is_made_then_broadcast(rank, size, make):
                                    torch.as_tensor(value)), (key, name)
     with pytest.raises(ValueError, match="LBFGS"):
         hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), 0)
+
+
+# ---- SyncBatchNorm ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4, 3, 5), (2, 3, 4, 4)])
+def test_sync_batch_norm_matches_batch_norm_on_the_combined_batch(rank, size, shape):
+    torch.manual_seed(0)
+    xs = [torch.randn(shape) * (r + 1) + r for r in range(size)]
+    weights = [torch.randn(shape) for _ in range(size)]
+    norm = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}
+    reference = norm[len(shape)](3, momentum=0.3)
+    synced = hvd.SyncBatchNorm(3, momentum=0.3)
+    with torch.no_grad():
+        for module in (reference, synced):
+            module.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+            module.bias.copy_(torch.tensor([0.0, -1.0, 3.0]))
+    x = xs[rank].clone().requires_grad_()
+    y = synced(x)
+    (y * weights[rank]).sum().backward()
+    leaves = torch.cat(xs).requires_grad_()
+    out = reference(leaves)
+    (out * torch.cat(weights)).sum().backward()
+    rows = slice(rank * shape[0], (rank + 1) * shape[0])
+    assert torch.allclose(y, out[rows], atol=1e-5)
+    assert torch.allclose(x.grad, leaves.grad[rows], atol=1e-4)
+    for local, full in ((synced.weight.grad, reference.weight.grad),
+                        (synced.bias.grad, reference.bias.grad)):
+        assert torch.allclose(hvd.allreduce(local, op=hvd.Sum), full, atol=1e-3)
+    assert torch.allclose(synced.running_mean, reference.running_mean, atol=1e-5)
+    assert torch.allclose(synced.running_var, reference.running_var, atol=1e-4)
+    synced.eval()
+    reference.eval()
+    assert torch.allclose(synced(xs[rank]), reference(xs[rank]), atol=1e-5)
+
+
+def test_training_with_sync_batch_norm_equals_one_process_on_the_combined_batch(rank, size):
+    steps, batch = 4, 3
+
+    def model(norm):
+        torch.manual_seed(5)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), norm(8), torch.nn.ReLU(),
+                                   torch.nn.Linear(8, 2))
+
+    generator = torch.Generator().manual_seed(11)
+    x = torch.randn(steps, size * batch, 6, generator=generator)
+    y = torch.randn(steps, size * batch, 2, generator=generator)
+    single = model(torch.nn.BatchNorm1d)
+    single_opt = torch.optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
+    for step in range(steps):
+        single_opt.zero_grad()
+        torch.nn.functional.mse_loss(single(x[step]), y[step]).backward()
+        single_opt.step()
+    ours = model(hvd.SyncBatchNorm)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9),
+                                         named_parameters=ours.named_parameters())
+    mine = slice(rank * batch, (rank + 1) * batch)
+    for step in range(steps):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(ours(x[step][mine]), y[step][mine]).backward()
+        optimizer.step()
+    for a, b in zip(ours.state_dict().values(), single.state_dict().values()):
+        assert torch.allclose(a.float(), b.float(), atol=1e-5), (a, b)
