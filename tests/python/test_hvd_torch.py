@@ -509,3 +509,50 @@ def test_training_with_sync_batch_norm_equals_one_process_on_the_combined_batch(
         optimizer.step()
     for a, b in zip(ours.state_dict().values(), single.state_dict().values()):
         assert torch.allclose(a.float(), b.float(), atol=1e-5), (a, b)
+
+
+# ---- what is not supported says so ------------------------------------------------------------
+
+
+def test_unsupported_features_raise_what_the_migration_table_says(size):
+    with pytest.raises(NotImplementedError, match=r"init\(comm=\.\.\.\)"):
+        hvd.add_process_set([0])
+    with pytest.raises(NotImplementedError, match="process sets"):
+        hvd.remove_process_set(None)
+    with pytest.raises(NotImplementedError, match="alltoall"):
+        hvd.alltoall(torch.ones(size))
+    with pytest.raises(NotImplementedError, match="alltoall"):
+        hvd.alltoall_async(torch.ones(size))
+    with pytest.raises(NotImplementedError, match="RINGLET_TIMELINE"):
+        hvd.start_timeline("/tmp/timeline.json")
+    with pytest.raises(NotImplementedError, match="RINGLET_TIMELINE"):
+        hvd.stop_timeline()
+    with pytest.raises(ValueError, match="ringlet reduces CPU tensors; this one is on meta"):
+        hvd.allreduce(torch.ones(3, device="meta"))
+    with pytest.raises(ValueError, match="other than the global one"):
+        hvd.allreduce(torch.ones(3), process_set=type("Set", (), {"process_set_id": 1})())
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(3), op=hvd.Adasum)
+    with pytest.raises(AttributeError):
+        hvd.elastic  # noqa: B018
+
+
+def test_sparse_gradients_are_densified_when_asked(rank, size):
+    def train(sparse_as_dense: bool) -> torch.Tensor:
+        torch.manual_seed(3)
+        embedding = torch.nn.Embedding(10, 4, sparse=True)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(embedding.parameters(), lr=1.0),
+                                             sparse_as_dense=sparse_as_dense)
+        embedding(torch.tensor([rank % 10, 7])).sum().backward()
+        optimizer.step()
+        return embedding.weight.detach()
+
+    weight = train(sparse_as_dense=True)
+    torch.manual_seed(3)
+    expected = torch.nn.Embedding(10, 4).weight.detach().clone()
+    for r in range(size):
+        expected[r % 10] -= 1.0 / size
+    expected[7] -= 1.0
+    assert torch.allclose(weight, expected)
+    with pytest.raises(ValueError, match="sparse"):
+        train(sparse_as_dense=False)

@@ -39,6 +39,12 @@ mpi_built = _api.mpi_built
 gloo_enabled = _api.gloo_enabled
 gloo_built = _api.gloo_built
 nccl_built = _api.nccl_built
+add_process_set = _api.add_process_set
+remove_process_set = _api.remove_process_set
+alltoall = _api.alltoall
+alltoall_async = _api.alltoall_async
+start_timeline = _api.start_timeline
+stop_timeline = _api.stop_timeline
 ddl_built = _api.ddl_built
 ccl_built = _api.ccl_built
 cuda_built = _api.cuda_built
@@ -83,6 +89,7 @@ __all__ = [
     "Product",
     "ReduceOp",
     "Sum",
+    "add_process_set",
     "allgather",
     "allgather_async",
     "allgather_object",
@@ -90,6 +97,8 @@ __all__ = [
     "allreduce_",
     "allreduce_async",
     "allreduce_async_",
+    "alltoall",
+    "alltoall_async",
     "barrier",
     "broadcast",
     "broadcast_",
@@ -126,8 +135,11 @@ __all__ = [
     "rank",
     "reducescatter",
     "reducescatter_async",
+    "remove_process_set",
     "rocm_built",
     "shutdown",
     "size",
+    "start_timeline",
+    "stop_timeline",
     "synchronize",
 ]

@@ -323,6 +323,32 @@ class Horovod:
         candidates = np.array([ringlet.rank() if arrival[0] == latest[0] else -1], dtype=np.int64)
         return int(ringlet.allreduce(candidates, "max")[0])
 
+    # ---- what ringlet does not do: a clear error instead of an AttributeError -----------
+    @staticmethod
+    def add_process_set(process_set: Any) -> Any:
+        raise NotImplementedError(
+            "process sets are not supported by ringlet; call init(comm=...) with an mpi4py "
+            "communicator (e.g. MPI.COMM_WORLD.Split(...)) instead")
+
+    remove_process_set = add_process_set
+
+    @staticmethod
+    def alltoall(tensor: Any, splits: Any = None, name: Any = None,
+                 process_set: Any = None) -> Any:
+        raise NotImplementedError("alltoall is not supported by ringlet yet")
+
+    alltoall_async = alltoall
+
+    @staticmethod
+    def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+        raise NotImplementedError(
+            "Horovod's timeline is not supported; set RINGLET_TIMELINE=1 (a per-step summary) "
+            "or RINGLET_TIMELINE=trace.json (a Chrome trace) for DistributedOptimizer")
+
+    @staticmethod
+    def stop_timeline() -> None:
+        Horovod.start_timeline("")
+
     # ---- allreduce ----------------------------------------------------------------------
     def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
                        compression: Any, prescale: float, postscale: float,

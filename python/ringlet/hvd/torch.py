@@ -293,13 +293,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Any, named_parameters: Any, compression: Any,
                  backward_passes_per_step: int, op: Any, gradient_predivide_factor: float,
-                 groups: Any) -> None:
+                 groups: Any, sparse_as_dense: bool) -> None:
         super(self.__class__, self).__init__(params)
         self._compression = compression
         self._op = _op_name(None, op)
         self._prescale = 1.0 / gradient_predivide_factor
         self._postscale = gradient_predivide_factor
         self._passes = backward_passes_per_step
+        self._sparse_as_dense = sparse_as_dense
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
@@ -334,6 +335,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._buckets[bucket]:
             if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
                 p.grad = torch.zeros_like(p)
+            elif p.grad.is_sparse and self._sparse_as_dense:
+                p.grad = p.grad.to_dense()
             grads.append(p.grad)
         submitted = time.perf_counter()
         self._handles[bucket] = _api.grouped_allreduce_async_(
@@ -482,7 +485,8 @@ def DistributedOptimizer(
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups if groups is not None else num_groups)
+               op, gradient_predivide_factor, groups if groups is not None else num_groups,
+               sparse_as_dense)
 
 
 __all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state"]
