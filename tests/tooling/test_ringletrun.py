@@ -239,3 +239,22 @@ def test_a_real_two_rank_job():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "0 2" in lines and "1 2" in lines, result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_horovod_script_runs_unchanged_but_for_its_import():
+    example = Path(__file__).resolve().parents[2] / "examples" / "horovod_script.py"
+    code = example.read_text()
+    # The one ringlet line is the import; everything else is Horovod's API.
+    assert [line for line in code.splitlines() if "ringlet" in line and "ringletrun" not in line
+            ] == ["import ringlet.hvd.torch as hvd  # was: import horovod.torch as hvd"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ringlet.run", "-np", "2", sys.executable, str(example),
+         "--epochs", "3", "--sync-batch-norm", "--fp16-allreduce"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=280,
+        env=TEST_ENVIRONMENT)
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("epoch 3:") and last.endswith("(2 ranks)"), result.stdout
+    accuracy = float(last.split("accuracy ")[1].split("%")[0])
+    assert accuracy >= 80.0, result.stdout
