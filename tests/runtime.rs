@@ -6,6 +6,7 @@ use _core::dtype::{DType, ReduceOp};
 use _core::error::CoreError;
 use _core::runtime::allgather::allgather_on;
 use _core::runtime::allreduce::allreduce_on;
+use _core::runtime::alltoall::alltoall_on;
 use _core::runtime::barrier_on;
 use _core::runtime::broadcast::{broadcast_on, Array};
 use _core::runtime::communicator::{Communicator, Options, Settings};
@@ -454,6 +455,16 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
             allgather_on(c, &input, dtype, 4, &[2, 3], "auto", 0).map(|_| ())
         },
     );
+    every_rank_mismatches(
+        "alltoall trailing",
+        &["alltoall", "float32[", ", 3]", ", 4]"],
+        |c, odd| {
+            let cols = 3 + usize::from(odd);
+            let n = c.size();
+            let input = vec![0u8; n * cols * 4];
+            alltoall_on(c, &input, "float32", 4, &[n, cols], &vec![1; n], "auto", 0).map(|_| ())
+        },
+    );
     every_rank_mismatches("reduce_scatter op", &["sum", "max"], |c, odd| {
         let n = c.size();
         let input = vec![0u8; 4 * n];
@@ -586,4 +597,61 @@ fn settings_are_checked() {
         comm.set_settings(bad)
     });
     assert!(matches!(results[0], Err(CoreError::InvalidArgument(_))));
+}
+
+#[test]
+fn alltoall_sends_each_rank_its_rows_and_refuses_bad_splits_in_step() {
+    for n in GROUPS {
+        // Rank r sends rank q (r + q) % 3 rows of 2 float32s, each row holding (r, q).
+        let outcomes = on(n, |comm| {
+            let me = comm.rank();
+            let splits: Vec<usize> = (0..n).map(|q| (me + q) % 3).collect();
+            let rows: Vec<f32> = (0..n)
+                .flat_map(|q| std::iter::repeat_n([me as f32, q as f32], (me + q) % 3).flatten())
+                .collect();
+            let shape = [splits.iter().sum(), 2];
+            let received = alltoall_on(
+                comm,
+                &f32_bytes(&rows),
+                "float32",
+                4,
+                &shape,
+                &splits,
+                "auto",
+                0,
+            )
+            .expect("alltoall");
+            let bad = alltoall_on(
+                comm,
+                &f32_bytes(&rows),
+                "float32",
+                4,
+                &shape,
+                &splits[..n - usize::from(me == 0)],
+                "auto",
+                0,
+            );
+            (received, bad.map(|_| ()), in_step(comm))
+        });
+        for (me, (received, bad, in_step)) in outcomes.into_iter().enumerate() {
+            let expected: Vec<f32> = (0..n)
+                .flat_map(|r| std::iter::repeat_n([r as f32, me as f32], (r + me) % 3).flatten())
+                .collect();
+            let got: &[f32] = bytemuck::cast_slice(&received.storage);
+            assert_eq!(&got[..expected.len()], &expected[..], "N={n} rank {me}");
+            assert_eq!(received.bytes, expected.len() * 4);
+            assert_eq!(
+                received.counts,
+                (0..n).map(|r| (r + me) % 3).collect::<Vec<_>>()
+            );
+            match (me, bad) {
+                (0, Err(CoreError::InvalidArgument(m))) => {
+                    assert!(m.contains("one split per rank"), "{m}")
+                }
+                (_, Err(CoreError::Mismatch(m))) => assert!(m.contains("which it refused"), "{m}"),
+                (rank, other) => panic!("N={n} rank {rank}: {other:?}"),
+            }
+            assert!(in_step, "N={n} rank {me}");
+        }
+    }
 }

@@ -555,3 +555,56 @@ fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
         }
     }
 }
+
+#[test]
+fn pairwise_alltoall_delivers_every_pairs_block_and_sends_each_once() {
+    use _core::schedules::pairwise_alltoall::PairwiseAlltoall;
+    use _core::schedules::Alltoall;
+    use _core::transport::local::LocalTransport;
+    // Rows rank r sends rank q: anything from 0 to 4, different per pair.
+    let rows = |r: usize, q: usize| (r * 7 + q * 3) % 5;
+    let byte = |r: usize, q: usize, i: usize| (r * 31 + q * 7 + i) as u8;
+    for n in [1usize, 2, 3, 4, 5, 7, 8, 13] {
+        let transports = LocalTransport::group(n);
+        let results: Vec<(Vec<u8>, usize, usize)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = transports
+                .into_iter()
+                .enumerate()
+                .map(|(me, t)| {
+                    scope.spawn(move || {
+                        let (mut send, mut send_blocks) = (Vec::new(), Vec::new());
+                        for q in 0..n {
+                            let start = send.len();
+                            send.extend((0..rows(me, q) * 3).map(|i| byte(me, q, i)));
+                            send_blocks.push(start..send.len());
+                        }
+                        let mut recv_blocks = Vec::new();
+                        let mut end = 0;
+                        for r in 0..n {
+                            recv_blocks.push(end..end + rows(r, me) * 3);
+                            end += rows(r, me) * 3;
+                        }
+                        let mut recv = vec![0xEEu8; end];
+                        PairwiseAlltoall
+                            .run(&t, &send, &send_blocks, &mut recv, &recv_blocks)
+                            .expect("alltoall");
+                        (recv, t.bytes_sent(), t.unreceived_messages())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("rank"))
+                .collect()
+        });
+        for (me, (recv, sent, leftover)) in results.iter().enumerate() {
+            let expected: Vec<u8> = (0..n)
+                .flat_map(|r| (0..rows(r, me) * 3).map(move |i| byte(r, me, i)))
+                .collect();
+            assert_eq!(recv, &expected, "N={n} rank {me}");
+            let to_others: usize = (0..n).filter(|&q| q != me).map(|q| rows(me, q) * 3).sum();
+            assert_eq!(*sent, to_others, "N={n} rank {me} sends each block once");
+            assert_eq!(*leftover, 0);
+        }
+    }
+}

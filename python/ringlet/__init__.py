@@ -15,6 +15,7 @@ from ._collectives import (
     Handle,
     allgather,
     allgather_object,
+    alltoall,
     broadcast,
     broadcast_async,
     broadcast_object,
@@ -66,6 +67,7 @@ __all__ = [
     "allreduce",
     "allreduce_async",
     "allreduce_group_async",
+    "alltoall",
     "average_gradients",
     "barrier",
     "broadcast",
@@ -95,7 +97,7 @@ __all__ = [
 def algorithms(
     collective: str = "allreduce", dtype: str | None = None, op: str = "sum"
 ) -> tuple[str, ...]:
-    """The algorithms ``collective`` ("allreduce", "broadcast", "allgather" or
+    """The algorithms ``collective`` ("allreduce", "broadcast", "allgather", "alltoall" or
     "reduce_scatter") accepts besides "auto", in the order the core registers them; with
     ``dtype``, only those that can reduce it with ``op`` (for example, "mpi" cannot reduce
     16-bit floats)."""

@@ -159,6 +159,45 @@ def allgather_object(obj: Any) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# alltoall
+
+
+def alltoall(x: np.ndarray, splits: Sequence[int] | None = None, *,
+             algorithm: str = "auto") -> tuple[np.ndarray, list[int]]:
+    """Send ``splits[q]`` rows of ``x`` (consecutive, in rank order) to each rank q; returns
+    the rows every rank sent this one, concatenated in rank order, and how many came from
+    each rank.
+
+    ``splits`` defaults to equal parts (``x.shape[0]`` must then divide by the number of
+    ranks). The row shape and the dtype must be the same everywhere (else ``MismatchError``
+    on every rank); the splits may differ between ranks.
+    """
+    with refused_together("alltoall"):
+        x = as_array(x, "alltoall")
+        name = movable_name(x.dtype)
+        check_algorithm(algorithm, "alltoall")
+        if x.ndim == 0:
+            raise ValueError("alltoall needs an array of at least one dimension (it splits the "
+                             "first)")
+        ranks = size()
+        if splits is None:
+            if x.shape[0] % ranks:
+                raise ValueError(f"alltoall without splits divides the first dimension "
+                                 f"({x.shape[0]}) equally among {ranks} ranks; pass splits=")
+            splits = [x.shape[0] // ranks] * ranks
+        splits = [operator.index(s) for s in splits]
+        if len(splits) != ranks or any(s < 0 for s in splits) or sum(splits) != x.shape[0]:
+            raise ValueError(f"alltoall splits must be {ranks} counts >= 0 adding up to "
+                             f"x.shape[0] = {x.shape[0]}, got {splits}")
+        rows = np.ascontiguousarray(x)
+        if not rows.dtype.isnative:
+            rows = native_copy(rows)
+    init()
+    raw, counts = _core.alltoall(rows, name, splits, algorithm)
+    return raw.view(rows.dtype).reshape((sum(counts), *rows.shape[1:])), list(counts)
+
+
+# ---------------------------------------------------------------------------------------------
 # reduce_scatter
 
 

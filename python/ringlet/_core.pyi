@@ -19,6 +19,7 @@ __all__ = [
     "allreduce",
     "allreduce_fast",
     "allreduce_group_async",
+    "alltoall",
     "auto_choice",
     "barrier",
     "broadcast",
@@ -92,6 +93,9 @@ def allreduce(array: npt.NDArray[Any], dtype: str, op: str, algorithm: str) -> N
 def broadcast(array: npt.NDArray[Any], dtype: str, root: int, algorithm: str) -> None: ...
 def allgather(
     array: npt.NDArray[Any], dtype: str, algorithm: str
+) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
+def alltoall(
+    array: npt.NDArray[Any], dtype: str, splits: list[int], algorithm: str
 ) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
 def reduce_scatter(
     array: npt.NDArray[Any], dtype: str, op: str, counts: list[int], algorithm: str

@@ -210,6 +210,26 @@ fn allgather<'py>(
     Ok((bytes, gathered.counts))
 }
 
+/// Rank r's `splits[q]` rows of its C-contiguous `array` go to rank q: (what this rank
+/// received, concatenated in rank order, as the bytes of a uint8 array; rows from each rank).
+#[pyfunction]
+fn alltoall<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyUntypedArray>,
+    dtype: &str,
+    splits: Vec<usize>,
+    algorithm: &str,
+) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+    // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
+    let input = unsafe { readable_bytes(array, "alltoall")? };
+    let (shape, itemsize) = (array.shape(), array.dtype().itemsize());
+    let received = detached(py, || {
+        runtime::alltoall::alltoall(input, dtype, itemsize, shape, &splits, algorithm)
+    })?;
+    let bytes = bytes_array(py, received.storage, received.bytes)?;
+    Ok((bytes, received.counts))
+}
+
 /// This rank's block (`counts[rank]` rows) of the reduction of `array` over all ranks, as the
 /// bytes of a uint8 array.
 #[pyfunction]
@@ -387,10 +407,10 @@ mod _core {
     #[pymodule_export]
     use super::{
         _test_panic, _test_wrong_length_message, abort, algorithm_cost, algorithm_support,
-        algorithms, allgather, allreduce, allreduce_fast, auto_choice, barrier, broadcast,
-        check_algorithm, clear_auto_table, dtypes, finalize, group, init, is_initialized,
-        kernel_level, measure_combine, measure_sendrecv, mpi_library, ops, reduce_scatter, refuse,
-        reset_stats, set_auto_table, set_stats_enabled, set_thread_key, settings, shutdown, stats,
-        wait_policy,
+        algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_choice, barrier,
+        broadcast, check_algorithm, clear_auto_table, dtypes, finalize, group, init,
+        is_initialized, kernel_level, measure_combine, measure_sendrecv, mpi_library, ops,
+        reduce_scatter, refuse, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
+        settings, shutdown, stats, wait_policy,
     };
 }

@@ -10,15 +10,17 @@ pub enum Kind {
     Broadcast,
     Allgather,
     ReduceScatter,
+    Alltoall,
     Barrier,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Allreduce,
         Kind::Broadcast,
         Kind::Allgather,
         Kind::ReduceScatter,
+        Kind::Alltoall,
         Kind::Barrier,
     ];
 
@@ -28,6 +30,7 @@ impl Kind {
             Kind::Broadcast => "broadcast",
             Kind::Allgather => "allgather",
             Kind::ReduceScatter => "reduce_scatter",
+            Kind::Alltoall => "alltoall",
             Kind::Barrier => "barrier",
         }
     }
@@ -67,7 +70,7 @@ pub enum Shape<'a> {
     None,
     /// One array.
     Array(&'a [usize]),
-    /// One array whose first dimension may differ between ranks (allgather).
+    /// One array whose first dimension may differ between ranks (allgather, alltoall).
     Rows(&'a [usize]),
     /// Several arrays in one collective (a fused group).
     Arrays(&'a [&'a [usize]]),

@@ -12,6 +12,7 @@
 
 pub mod allgather;
 pub mod allreduce;
+pub mod alltoall;
 pub mod broadcast;
 pub mod buffer;
 pub mod call;
@@ -86,6 +87,7 @@ fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
         Kind::Broadcast => schedules::BROADCAST.iter().map(|&a| a as _).collect(),
         Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
         Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
+        Kind::Alltoall => schedules::ALLTOALL.iter().map(|&a| a as _).collect(),
         Kind::Barrier => {
             return Err(CoreError::InvalidArgument(
                 "barrier has no algorithms to choose from".into(),

@@ -63,6 +63,13 @@ registry!(
     ]
 );
 
+registry!(
+    /// Alltoall algorithms (blocks of any size per pair of ranks).
+    ALLTOALL: Alltoall = [
+        pairwise_alltoall::PairwiseAlltoall,
+    ]
+);
+
 pub mod barrier;
 
 /// How partial results combine: a dtype and an op, applied by the kernels, and the scaling a
@@ -252,6 +259,20 @@ pub trait Allgather: Algorithm {
     /// disjoint, one per rank, of any size.
     fn run(&self, transport: &dyn Transport, buf: &mut [u8], blocks: &[Range<usize>])
         -> Result<()>;
+}
+
+pub trait Alltoall: Algorithm {
+    /// Rank r sends `send[send_blocks[q]]` to every rank q and receives rank q's block for it
+    /// into `recv[recv_blocks[q]]`. Blocks are disjoint, one per rank, of any size (the sizes
+    /// of a pair agree: what q sends r is what r expects from q).
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        send: &[u8],
+        send_blocks: &[Range<usize>],
+        recv: &mut [u8],
+        recv_blocks: &[Range<usize>],
+    ) -> Result<()>;
 }
 
 pub trait ReduceScatter: Algorithm {

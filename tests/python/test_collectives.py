@@ -133,7 +133,7 @@ def test_reduce_scatter_with_counts(rank, size):
 
 
 def test_collectives_release_the_gil(size):
-    """Another Python thread keeps running during long broadcasts, allgathers and
+    """Another Python thread keeps running during long broadcasts, allgathers, alltoalls and
     reduce-scatters."""
     x = np.ones(16 << 20, dtype=np.float32)
     ringlet.broadcast(x, 0, out=x)  # warm up
@@ -141,6 +141,7 @@ def test_collectives_release_the_gil(size):
     def work() -> None:
         ringlet.broadcast(x, 0, out=x)
         ringlet.allgather(x[: 4 << 20])
+        ringlet.alltoall(x.reshape(size, -1))
         ringlet.reduce_scatter(x.reshape(-1, 64))
 
     during, elapsed = python_progress_during(work)
@@ -180,3 +181,50 @@ def test_bad_input_is_refused_clearly_and_nothing_changes(rank, size):
         ringlet.allgather("text")  # type: ignore[arg-type]
     # After all of that, the ranks are still in step.
     assert ringlet.allreduce(np.ones(3), "sum")[0] == size
+
+
+# ---- alltoall -----------------------------------------------------------------------------------
+
+
+def _splits(sender: int, size: int) -> list[int]:
+    """Rows ``sender`` sends each rank: 0 to 3, different per pair."""
+    return [(sender * 5 + q * 3) % 4 for q in range(size)]
+
+
+@pytest.mark.parametrize("dtype", MOVABLE)
+def test_alltoall_sends_each_rank_its_rows(comm, rank, size, dtype):
+    inputs = [movable_input(70, r, (sum(_splits(r, size)), 3), dtype) for r in range(size)]
+    before = inputs[rank].copy()
+    received, counts = ringlet.alltoall(inputs[rank], _splits(rank, size))
+    assert counts == [_splits(r, size)[rank] for r in range(size)]
+    expected = []
+    for r in range(size):
+        start = sum(_splits(r, size)[:rank])
+        expected.append(inputs[r][start:start + _splits(r, size)[rank]])
+    expected = np.concatenate(expected)
+    assert received.dtype == expected.dtype and received.shape == expected.shape
+    assert received.tobytes() == expected.tobytes()
+    assert inputs[rank].tobytes() == before.tobytes()
+
+
+def test_alltoall_splits_equally_by_default_and_refuses_bad_splits_in_step(rank, size):
+    x = np.arange(2 * size * 2).reshape(2 * size, 2) + 100 * rank
+    received, counts = ringlet.alltoall(x)
+    assert counts == [2] * size
+    assert np.array_equal(received, np.concatenate(
+        [np.arange(2 * size * 2).reshape(2 * size, 2)[2 * rank:2 * rank + 2] + 100 * r
+         for r in range(size)]))
+    bad = [1] * size if rank == 0 else [2] * size  # rank 0's do not add up to 2N rows
+    if size == 1:
+        bad = [3]
+    with pytest.raises((ValueError, ringlet.MismatchError)) as caught:
+        ringlet.alltoall(x, bad)
+    if rank == 0 or size == 1:
+        assert caught.type is ValueError and "adding up to" in str(caught.value)
+    else:
+        assert caught.type is ringlet.MismatchError and "refused" in str(caught.value)
+    if size > 1:
+        with pytest.raises(ValueError, match="divides the first dimension"):
+            ringlet.alltoall(np.zeros(2 * size + 1))
+    assert ringlet.allreduce(np.ones(3), "sum").tolist() == [size] * 3  # still in step
+    assert "pairwise" in ringlet.algorithms("alltoall")

@@ -519,10 +519,6 @@ def test_unsupported_features_raise_what_the_migration_table_says(size):
         hvd.add_process_set([0])
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.remove_process_set(None)
-    with pytest.raises(NotImplementedError, match="alltoall"):
-        hvd.alltoall(torch.ones(size))
-    with pytest.raises(NotImplementedError, match="alltoall"):
-        hvd.alltoall_async(torch.ones(size))
     with pytest.raises(NotImplementedError, match="RINGLET_TIMELINE"):
         hvd.start_timeline("/tmp/timeline.json")
     with pytest.raises(NotImplementedError, match="RINGLET_TIMELINE"):
@@ -556,3 +552,27 @@ def test_sparse_gradients_are_densified_when_asked(rank, size):
     assert torch.allclose(weight, expected)
     with pytest.raises(ValueError, match="sparse"):
         train(sparse_as_dense=False)
+
+
+def test_alltoall_with_and_without_splits_and_its_gradient(rank, size):
+    splits = [(rank + q) % 3 + 1 for q in range(size)]
+    rows = sum(splits)
+    x = torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2) + 100 * rank
+    output, received = hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32))
+    assert received.dtype == torch.int32
+    assert received.tolist() == [(r + rank) % 3 + 1 for r in range(size)]
+    assert output.shape == (sum(received.tolist()), 2)
+    handle = hvd.alltoall_async(x, splits=splits)
+    assert hvd.poll(handle)
+    again, again_received = hvd.synchronize(handle)
+    assert torch.equal(again, output) and torch.equal(again_received, received)
+    equal = hvd.alltoall(torch.full((2 * size,), float(rank)))
+    assert equal.tolist() == [float(r) for r in range(size) for _ in range(2)]
+    # The gradient goes back to the rows it came from: d/dx of sum(w * alltoall(x)) is w,
+    # sent back, on every rank.
+    leaf = x.clone().requires_grad_()
+    out, _ = hvd.alltoall(leaf, splits=splits)
+    weights = torch.arange(out.numel(), dtype=torch.float32).reshape(out.shape) + rank
+    (out * weights).sum().backward()
+    back, _ = hvd.alltoall(weights, splits=received)
+    assert torch.equal(leaf.grad, back)

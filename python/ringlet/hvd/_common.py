@@ -332,12 +332,30 @@ class Horovod:
 
     remove_process_set = add_process_set
 
-    @staticmethod
-    def alltoall(tensor: Any, splits: Any = None, name: Any = None,
+    def alltoall(self, tensor: Any, splits: Any = None, name: Any = None,
                  process_set: Any = None) -> Any:
-        raise NotImplementedError("alltoall is not supported by ringlet yet")
+        """Send ``splits[q]`` rows of ``tensor`` to rank q (equal parts without ``splits``);
+        returns the rows received, in rank order, and, when ``splits`` is given, the rows
+        received from each rank (int32), as Horovod does."""
+        _check_process_set(process_set)
+        backend = backend_for(tensor)
+        counts = None if splits is None else [int(s) for s in np.asarray(
+            backend.array(splits) if not isinstance(splits, (list, tuple)) else splits
+        ).reshape(-1)]
+        received, rows = ringlet.alltoall(backend.array(tensor), counts)
+        output = backend.tensor(received, tensor)
+        if splits is None:
+            return output
+        return output, backend.tensor(np.array(rows, dtype=np.int32), tensor)
 
-    alltoall_async = alltoall
+    def alltoall_async(self, tensor: Any, splits: Any = None, name: Any = None,
+                       process_set: Any = None) -> Any:
+        """``alltoall`` behind a handle (run at the call); ``synchronize`` returns the output
+        and the received splits, as Horovod's does."""
+        result = self.alltoall(tensor, splits if splits is not None else
+                               [backend_for(tensor).array(tensor).shape[0] // ringlet.size()]
+                               * ringlet.size(), name, process_set)
+        return _done(result)
 
     @staticmethod
     def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -150,6 +150,23 @@ class _Allgather(torch.autograd.Function):
         return reduced.narrow(0, start, ctx.rows)
 
 
+class _Alltoall(torch.autograd.Function):
+    """The gradient of an alltoall is the alltoall of the gradient, sent back along the rows
+    it came from (Horovod's rule)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any) -> Any:
+        output, received = _api.alltoall(tensor, splits)
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _received_grad: Any) -> Any:
+        sent_back, _ = _api.alltoall(grad.contiguous(), ctx.received)
+        return sent_back, None
+
+
 class _Broadcast(torch.autograd.Function):
     """The gradient of a broadcast goes to the root: the average over ranks of the gradient
     there, zeros elsewhere (Horovod's rule)."""
@@ -203,6 +220,18 @@ def allgather(tensor: Any, name: Any = None, process_set: Any = None) -> Any:
         return _api.allgather(tensor, name, process_set)
     hvd_check_process_set(process_set)
     return _Allgather.apply(tensor)
+
+
+def alltoall(tensor: Any, splits: Any = None, name: Any = None, process_set: Any = None) -> Any:
+    """Horovod's ``alltoall``: differentiable when ``tensor`` requires grad; returns the output,
+    and with ``splits`` also the received splits."""
+    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+        return _api.alltoall(tensor, splits, name, process_set)
+    hvd_check_process_set(process_set)
+    if splits is None:
+        splits = [tensor.shape[0] // ringlet.size()] * ringlet.size()
+        return _Alltoall.apply(tensor, splits)[0]
+    return _Alltoall.apply(tensor, splits)
 
 
 def broadcast(tensor: Any, root_rank: int, name: Any = None, process_set: Any = None) -> Any:
