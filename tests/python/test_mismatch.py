@@ -122,6 +122,18 @@ def _(o):
     return (lambda: ringlet.allgather(x)), x, ("float32[2, 3]", "int32[2, 3]")
 
 
+@case("alltoall row shape")
+def _(o):
+    x = np.ones((ringlet.size(), 4 if o else 3))
+    return (lambda: ringlet.alltoall(x)), x, (", 3]", ", 4]")
+
+
+@case("alltoall dtype")
+def _(o):
+    x = np.ones((ringlet.size(), 3), dtype=np.int32 if o else np.float32)
+    return (lambda: ringlet.alltoall(x)), x, ("float32[", "int32[")
+
+
 @case("reduce_scatter shape")
 def _(o):
     x = np.ones((6, 3 if o else 2))
