@@ -176,6 +176,7 @@ fn a_fused_group_equals_one_allreduce_per_array() {
                 pack_below: 0,
                 shapes: vec![vec![3], vec![5], vec![2]],
                 thread: 0,
+                set: _core::runtime::process::WORLD,
             };
             let mut arrays: Vec<&mut [u8]> = vec![
                 bytemuck::cast_slice_mut(&mut a),
@@ -214,6 +215,7 @@ fn a_group_reduced_in_place_equals_the_group_packed_with_factors_and_compression
                     pack_below,
                     shapes: vec![vec![4], vec![6], vec![3]],
                     thread: 0,
+                    set: _core::runtime::process::WORLD,
                 };
                 let mut arrays: Vec<&mut [u8]> = vec![
                     bytemuck::cast_slice_mut(&mut a),
@@ -507,6 +509,7 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
             pack_below: 0,
             shapes: vec![vec![3], vec![second]],
             thread: 0,
+            set: _core::runtime::process::WORLD,
         };
         let mut arrays: Vec<&mut [u8]> = vec![
             bytemuck::cast_slice_mut(&mut a),

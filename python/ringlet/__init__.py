@@ -16,6 +16,7 @@ from ._collectives import (
     allgather,
     allgather_object,
     alltoall,
+    barrier,
     broadcast,
     broadcast_async,
     broadcast_object,
@@ -32,9 +33,10 @@ from ._gradients import (
     fusion_threshold_bytes,
     plan_buckets,
 )
+from ._membership import ProcessSet
+from ._process_sets import add_process_set, process_sets, remove_process_set
 from ._runtime import (
     Topology,
-    barrier,
     init,
     is_initialized,
     mpi_library,
@@ -59,8 +61,10 @@ __all__ = [
     "BucketPlan",
     "Handle",
     "MismatchError",
+    "ProcessSet",
     "RingletError",
     "Topology",
+    "add_process_set",
     "algorithms",
     "allgather",
     "allgather_object",
@@ -81,8 +85,10 @@ __all__ = [
     "mpi_library",
     "owns_mpi",
     "plan_buckets",
+    "process_sets",
     "rank",
     "reduce_scatter",
+    "remove_process_set",
     "reset_stats",
     "selector",
     "settings",

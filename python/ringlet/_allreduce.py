@@ -9,11 +9,13 @@ import numpy as np
 from . import _core, selector
 from ._arrays import as_array, check_out, fill, refused_together
 from ._dtypes import check_op, dtype_name
-from ._runtime import _thread_state, init, register_thread, size
+from ._membership import ProcessSet, place
+from ._runtime import _thread_state, register_thread, size
 
 
 def allreduce(
-    x: np.ndarray, op: str = "sum", *, out: np.ndarray | None = None, algorithm: str = "auto"
+    x: np.ndarray, op: str = "sum", *, out: np.ndarray | None = None, algorithm: str = "auto",
+    process_set: ProcessSet | None = None,
 ) -> np.ndarray:
     """Reduce ``x`` element-wise across all ranks and return the result on every rank.
 
@@ -22,23 +24,26 @@ def allreduce(
     ``out=x`` the reduction happens in place with no copy (x must then be C-contiguous and
     writeable). ``algorithm`` is "auto" or one of ``ringlet.ALGORITHMS`` (for example "ring",
     "halving_doubling", or "mpi", the MPI library's own MPI_Allreduce, which has no 16-bit
-    floats).
+    floats). With ``process_set`` (from ``ringlet.add_process_set``), only its members take
+    part and "avg" divides by its size.
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
     if not getattr(_thread_state, "registered", False):
         register_thread()
-    result = _core.allreduce_fast(x, op, out, algorithm)
-    if result is not None:
-        return result
-    return _allreduce_checked(x, op, out, algorithm)
+    if process_set is None:
+        result = _core.allreduce_fast(x, op, out, algorithm)
+        if result is not None:
+            return result
+    return _allreduce_checked(x, op, out, algorithm, process_set)
 
 
-def prepare(x: Any, op: str, out: Any, algorithm: str) -> tuple[np.ndarray, str]:
+def prepare(x: Any, op: str, out: Any, algorithm: str,
+            process_set: int = 0) -> tuple[np.ndarray, str]:
     """Every check of an allreduce's arguments, then the array to reduce in (a copy of ``x``,
     or ``out`` holding ``x``) and the dtype's name. Argument errors are shared with the other
-    ranks before they propagate (see ``refused_together``)."""
-    with refused_together("allreduce"):
+    ranks of ``process_set`` (by id) before they propagate (see ``refused_together``)."""
+    with refused_together("allreduce", process_set=process_set):
         x = as_array(x, "allreduce")
         name = dtype_name(x.dtype)
         check_op(op)
@@ -48,11 +53,14 @@ def prepare(x: Any, op: str, out: Any, algorithm: str) -> tuple[np.ndarray, str]
     return fill(x, target), name
 
 
-def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str) -> np.ndarray:
-    """Everything the fast path does not take: validation with clear errors, copies."""
-    result, name = prepare(x, op, out, algorithm)
-    init()
+def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str,
+                       process_set: ProcessSet | None) -> np.ndarray:
+    """Everything the fast path does not take: validation with clear errors, copies, and
+    process sets."""
+    where = place(process_set)
+    result, name = prepare(x, op, out, algorithm, where.id)
     if algorithm == "auto":
-        algorithm = selector.choose(result.nbytes, size(), name, op)
-    _core.allreduce(result, name, op, algorithm)
+        algorithm = (selector.choose(result.nbytes, size(), name, op) if where.id == 0
+                     else selector.choose_in_set(result.nbytes, where.size, name, op))
+    _core.allreduce(result, name, op, algorithm, where.id)
     return result

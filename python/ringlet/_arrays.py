@@ -15,19 +15,21 @@ from ._runtime import init, register_thread
 
 @contextmanager
 def refused_together(
-    collective: str, errors: tuple[type[Exception], ...] = (TypeError, ValueError)
+    collective: str, errors: tuple[type[Exception], ...] = (TypeError, ValueError),
+    process_set: int = 0,
 ) -> Iterator[None]:
     """Argument checks run inside. If one fails (one of ``errors``), this rank still
-    takes part in the call's consistency check, marked as refused, before the error
-    propagates: the other ranks then raise ``MismatchError`` naming this rank's reason
-    instead of waiting for it, and every rank stays in step for the next call."""
+    takes part in the call's consistency check (in ``process_set``, by id), marked as
+    refused, before the error propagates: the other ranks then raise ``MismatchError`` naming
+    this rank's reason instead of waiting for it, and every rank stays in step for the next
+    call."""
     register_thread()
     try:
         yield
     except errors as exc:
         try:
             init()
-            _core.refuse(collective, f"{type(exc).__name__}: {exc}")
+            _core.refuse(collective, f"{type(exc).__name__}: {exc}", process_set)
         except _core.RingletError:
             pass  # ringlet itself is unusable; the argument error is still the one to report
         raise

@@ -15,7 +15,8 @@ import numpy as np
 from . import _core
 from ._arrays import as_array, check_out, fill, native_copy, refused_together
 from ._dtypes import check_op, dtype_name, movable_name
-from ._runtime import init, rank, size
+from ._membership import Place, ProcessSet, place
+from ._runtime import init, rank, register_thread, size
 
 
 def check_algorithm(algorithm: str, collective: str) -> str:
@@ -29,14 +30,15 @@ def check_algorithm(algorithm: str, collective: str) -> str:
     return algorithm
 
 
-def _check_root(root: Any) -> int:
+def _check_root(root: Any, where: Place) -> int:
+    """``root`` (a rank of ringlet's communicator) as a rank of the set ``where``."""
     try:
         root = operator.index(root)
     except TypeError:
         raise TypeError(f"root must be a rank (an int), got {type(root).__name__}") from None
     if not 0 <= root < size():
         raise ValueError(f"root {root} is outside the {size()} ranks (0..{size() - 1})")
-    return root
+    return where.local_rank(root)
 
 
 class Handle:
@@ -74,86 +76,98 @@ class Handle:
 # broadcast
 
 
-def _prepare_broadcast(x: Any, root: Any, out: Any, algorithm: str) -> tuple[np.ndarray, str, int]:
-    with refused_together("broadcast"):
+def _prepare_broadcast(x: Any, root: Any, out: Any, algorithm: str,
+                       where: Place) -> tuple[np.ndarray, str, int]:
+    with refused_together("broadcast", process_set=where.id):
         x = as_array(x, "broadcast")
         movable_name(x.dtype)
         check_algorithm(algorithm, "broadcast")
-        root = _check_root(root)
+        root = _check_root(root, where)
         target = None if out is None else check_out(x, out, "broadcast")
     result = fill(x, target)
     return result, movable_name(result.dtype), root
 
 
 def broadcast(
-    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto"
+    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto",
+    process_set: ProcessSet | None = None,
 ) -> np.ndarray:
     """``root``'s ``x`` on every rank.
 
     Every rank passes an array of the same shape and dtype (any fixed-size dtype); the other
     ranks' values are not used. The result is a new array, or ``out`` (``out=x`` broadcasts in
-    place). ``algorithm`` is "auto" or one of ``ringlet.algorithms("broadcast")``.
+    place). ``algorithm`` is "auto" or one of ``ringlet.algorithms("broadcast")``. With
+    ``process_set``, among its members only; ``root`` is still a rank of ringlet's
+    communicator, and must be a member.
     """
-    result, name, root = _prepare_broadcast(x, root, out, algorithm)
-    _core.broadcast(result, name, root, algorithm)
+    where = place(process_set)
+    result, name, root = _prepare_broadcast(x, root, out, algorithm, where)
+    _core.broadcast(result, name, root, algorithm, where.id)
     return result
 
 
 def broadcast_async(
-    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto"
+    x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algorithm: str = "auto",
+    process_set: ProcessSet | None = None,
 ) -> Handle:
     """Start ``broadcast(x, root, out=out)`` in ringlet's background thread; ``wait()`` returns
     the result. Operations run in submission order."""
-    result, name, root = _prepare_broadcast(x, root, out, algorithm)
-    return Handle([_core.broadcast_async(result, name, root, algorithm)], lambda: result)
+    where = place(process_set)
+    result, name, root = _prepare_broadcast(x, root, out, algorithm, where)
+    return Handle([_core.broadcast_async(result, name, root, algorithm, where.id)],
+                  lambda: result)
 
 
-def broadcast_bytes(data: bytes, root: int = 0) -> bytes:
+def broadcast_bytes(data: bytes, root: int = 0, process_set: ProcessSet | None = None) -> bytes:
     """``root``'s ``data`` on every rank (the others pass anything): its length, then it."""
     length = np.array([len(data) if rank() == root else 0], dtype=np.int64)
-    length = broadcast(length, root, out=length)
+    length = broadcast(length, root, out=length, process_set=process_set)
     payload = np.zeros(int(length[0]), dtype=np.uint8)
     if rank() == root:
         payload[:] = np.frombuffer(data, dtype=np.uint8)
-    return broadcast(payload, root, out=payload).tobytes()
+    return broadcast(payload, root, out=payload, process_set=process_set).tobytes()
 
 
-def broadcast_object(obj: Any, root: int = 0) -> Any:
+def broadcast_object(obj: Any, root: int = 0, *, process_set: ProcessSet | None = None) -> Any:
     """``root``'s picklable ``obj`` on every rank (the others' ``obj`` is ignored)."""
-    with refused_together("broadcast", errors=(Exception,)):
-        root = _check_root(root)
+    where = place(process_set)
+    with refused_together("broadcast", errors=(Exception,), process_set=where.id):
+        _check_root(root, where)
         data = pickle.dumps(obj) if rank() == root else b""
-    return pickle.loads(broadcast_bytes(data, root))
+    return pickle.loads(broadcast_bytes(data, root, process_set))
 
 
 # ---------------------------------------------------------------------------------------------
 # allgather
 
 
-def allgather(x: np.ndarray, *, algorithm: str = "auto") -> np.ndarray:
+def allgather(x: np.ndarray, *, algorithm: str = "auto",
+              process_set: ProcessSet | None = None) -> np.ndarray:
     """Every rank's ``x``, concatenated along the first axis in rank order.
 
     The first dimension may differ between ranks; the other dimensions and the dtype must be
     the same everywhere (else ``MismatchError`` on every rank). A 0-d array counts as one row.
+    With ``process_set``, its members' arrays, in the order of its ranks.
     """
-    with refused_together("allgather"):
+    where = place(process_set)
+    with refused_together("allgather", process_set=where.id):
         x = as_array(x, "allgather")
         name = movable_name(x.dtype)
         check_algorithm(algorithm, "allgather")
         rows = np.ascontiguousarray(x.reshape(1) if x.ndim == 0 else x)
         if not rows.dtype.isnative:
             rows = native_copy(rows)
-    init()
-    raw, counts = _core.allgather(rows, name, algorithm)
+    raw, counts = _core.allgather(rows, name, algorithm, where.id)
     return raw.view(rows.dtype).reshape((sum(counts), *rows.shape[1:]))
 
 
-def allgather_object(obj: Any) -> list[Any]:
-    """Every rank's picklable ``obj``, as a list indexed by rank."""
-    with refused_together("allgather", errors=(Exception,)):
+def allgather_object(obj: Any, *, process_set: ProcessSet | None = None) -> list[Any]:
+    """Every rank's picklable ``obj``, as a list indexed by rank (within ``process_set``)."""
+    where = place(process_set)
+    with refused_together("allgather", errors=(Exception,), process_set=where.id):
         data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = allgather(np.array([len(data)], dtype=np.int64))
-    gathered = allgather(data).tobytes()
+    sizes = allgather(np.array([len(data)], dtype=np.int64), process_set=process_set)
+    gathered = allgather(data, process_set=process_set).tobytes()
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     return [pickle.loads(gathered[offsets[r]:offsets[r + 1]]) for r in range(len(sizes))]
 
@@ -162,24 +176,26 @@ def allgather_object(obj: Any) -> list[Any]:
 # alltoall
 
 
-def alltoall(x: np.ndarray, splits: Sequence[int] | None = None, *,
-             algorithm: str = "auto") -> tuple[np.ndarray, list[int]]:
+def alltoall(x: np.ndarray, splits: Sequence[int] | None = None, *, algorithm: str = "auto",
+             process_set: ProcessSet | None = None) -> tuple[np.ndarray, list[int]]:
     """Send ``splits[q]`` rows of ``x`` (consecutive, in rank order) to each rank q; returns
     the rows every rank sent this one, concatenated in rank order, and how many came from
     each rank.
 
     ``splits`` defaults to equal parts (``x.shape[0]`` must then divide by the number of
     ranks). The row shape and the dtype must be the same everywhere (else ``MismatchError``
-    on every rank); the splits may differ between ranks.
+    on every rank); the splits may differ between ranks. With ``process_set``, among its
+    members, indexed by their rank within it.
     """
-    with refused_together("alltoall"):
+    where = place(process_set)
+    with refused_together("alltoall", process_set=where.id):
         x = as_array(x, "alltoall")
         name = movable_name(x.dtype)
         check_algorithm(algorithm, "alltoall")
         if x.ndim == 0:
             raise ValueError("alltoall needs an array of at least one dimension (it splits the "
                              "first)")
-        ranks = size()
+        ranks = where.size
         if splits is None:
             if x.shape[0] % ranks:
                 raise ValueError(f"alltoall without splits divides the first dimension "
@@ -192,8 +208,7 @@ def alltoall(x: np.ndarray, splits: Sequence[int] | None = None, *,
         rows = np.ascontiguousarray(x)
         if not rows.dtype.isnative:
             rows = native_copy(rows)
-    init()
-    raw, counts = _core.alltoall(rows, name, splits, algorithm)
+    raw, counts = _core.alltoall(rows, name, splits, algorithm, where.id)
     return raw.view(rows.dtype).reshape((sum(counts), *rows.shape[1:])), list(counts)
 
 
@@ -209,16 +224,18 @@ def split_rows(rows: int, ranks: int) -> list[int]:
 
 def reduce_scatter(
     x: np.ndarray, op: str = "sum", *, counts: Sequence[int] | None = None,
-    algorithm: str = "auto",
+    algorithm: str = "auto", process_set: ProcessSet | None = None,
 ) -> np.ndarray:
     """The reduction of ``x`` over all ranks, of which this rank gets its block of rows.
 
     Every rank passes ``x`` of the same shape and dtype. Rank r's block is rows
     ``sum(counts[:r]) .. sum(counts[:r+1])`` of axis 0: by default split as
     ``numpy.array_split`` would split them, or ``counts`` (rows per rank, adding up to
-    ``x.shape[0]``). ``op`` as in ``allreduce``; the result is a new array.
+    ``x.shape[0]``). ``op`` as in ``allreduce``; the result is a new array. With
+    ``process_set``, over its members, in the order of its ranks.
     """
-    with refused_together("reduce_scatter"):
+    where = place(process_set)
+    with refused_together("reduce_scatter", process_set=where.id):
         x = as_array(x, "reduce_scatter")
         name = dtype_name(x.dtype)
         check_op(op)
@@ -226,7 +243,7 @@ def reduce_scatter(
         _core.check_algorithm("reduce_scatter", algorithm, name, op)
         if x.ndim == 0:
             raise ValueError("reduce_scatter needs an array of at least one dimension")
-        ranks = size()
+        ranks = where.size
         if counts is None:
             counts = split_rows(x.shape[0], ranks)
         counts = [operator.index(c) for c in counts]
@@ -235,8 +252,20 @@ def reduce_scatter(
         array = np.ascontiguousarray(x)
         if not array.dtype.isnative:
             array = native_copy(array)
-    raw = _core.reduce_scatter(array, name, op, counts, algorithm)
-    return raw.view(array.dtype).reshape((counts[rank()], *array.shape[1:]))
+    raw = _core.reduce_scatter(array, name, op, counts, algorithm, where.id)
+    return raw.view(array.dtype).reshape((counts[where.rank], *array.shape[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# barrier
+
+
+def barrier(process_set: ProcessSet | None = None) -> None:
+    """Wait until every rank (of ``process_set``, if given) has called it (a collective,
+    checked like the others)."""
+    register_thread()
+    _core.barrier(place(process_set).id)
+
 
 
 # ---------------------------------------------------------------------------------------------

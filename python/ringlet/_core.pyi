@@ -12,6 +12,7 @@ __all__ = [
     "_test_panic",
     "_test_wrong_length_message",
     "abort",
+    "add_process_set",
     "algorithm_cost",
     "algorithm_support",
     "algorithms",
@@ -36,9 +37,11 @@ __all__ = [
     "measure_sendrecv",
     "mpi_library",
     "ops",
+    "process_sets",
     "reduce_scatter",
     "refuse",
     "register_dtype",
+    "remove_process_set",
     "reset_stats",
     "set_auto_table",
     "set_stats_enabled",
@@ -72,10 +75,15 @@ def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
 def is_initialized() -> bool: ...
 def shutdown() -> None: ...
 def finalize() -> bool: ...
-def group() -> tuple[int, int, list[str]]:
-    """(rank, size, each rank's host)."""
+def group(process_set: int = 0) -> tuple[int, int, list[str]]:
+    """(rank, size, each rank's host) in `process_set` (0: ringlet's communicator)."""
 
-def barrier() -> None: ...
+def barrier(process_set: int = 0) -> None: ...
+def add_process_set(ranks: list[int]) -> int:
+    """Add a process set of `ranks` (sorted, distinct) and return its id. Collective."""
+
+def remove_process_set(process_set: int) -> bool: ...
+def process_sets() -> list[tuple[int, list[int]]]: ...
 def mpi_library() -> tuple[str, str]:
     """(the MPI library's own description, the MPI ringlet was compiled against)."""
 
@@ -87,20 +95,29 @@ def allreduce_fast(
 ) -> npt.NDArray[Any] | None:
     """The common call in Rust; None means the Python layer must take it."""
 
-def allreduce(array: npt.NDArray[Any], dtype: str, op: str, algorithm: str) -> None:
+def allreduce(
+    array: npt.NDArray[Any], dtype: str, op: str, algorithm: str, process_set: int = 0
+) -> None:
     """Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements."""
 
-def broadcast(array: npt.NDArray[Any], dtype: str, root: int, algorithm: str) -> None: ...
+def broadcast(
+    array: npt.NDArray[Any], dtype: str, root: int, algorithm: str, process_set: int = 0
+) -> None: ...
 def allgather(
-    array: npt.NDArray[Any], dtype: str, algorithm: str
+    array: npt.NDArray[Any], dtype: str, algorithm: str, process_set: int = 0
 ) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
 def alltoall(
-    array: npt.NDArray[Any], dtype: str, splits: list[int], algorithm: str
+    array: npt.NDArray[Any], dtype: str, splits: list[int], algorithm: str, process_set: int = 0
 ) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
 def reduce_scatter(
-    array: npt.NDArray[Any], dtype: str, op: str, counts: list[int], algorithm: str
+    array: npt.NDArray[Any],
+    dtype: str,
+    op: str,
+    counts: list[int],
+    algorithm: str,
+    process_set: int = 0,
 ) -> npt.NDArray[np.uint8]: ...
-def refuse(collective: str, reason: str) -> None: ...
+def refuse(collective: str, reason: str, process_set: int = 0) -> None: ...
 def allreduce_group_async(
     arrays: list[npt.NDArray[Any]],
     dtype: str,
@@ -111,8 +128,11 @@ def allreduce_group_async(
     postscale: float,
     fusion_bytes: int,
     pack_below: int = 0,
+    process_set: int = 0,
 ) -> Handle: ...
-def broadcast_async(array: npt.NDArray[Any], dtype: str, root: int, algorithm: str) -> Handle: ...
+def broadcast_async(
+    array: npt.NDArray[Any], dtype: str, root: int, algorithm: str, process_set: int = 0
+) -> Handle: ...
 def register_dtype(descr: np.dtype[Any], name: str) -> None: ...
 def set_auto_table(entries: list[tuple[str, str, int, str]]) -> None: ...
 def clear_auto_table() -> None: ...

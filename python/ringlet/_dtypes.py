@@ -14,6 +14,7 @@ SUPPORTED_DTYPES = tuple(name for name, _, _ in _CORE_DTYPES)
 
 OPS = tuple(_core.ops())
 FLOAT_DTYPES = tuple(name for name, _, is_float in _CORE_DTYPES if is_float)
+ELEMENT_BYTES = {name: size for name, size, _ in _CORE_DTYPES}
 SIXTEEN_BIT_FLOATS = tuple(name for name, size, is_float in _CORE_DTYPES if is_float and size == 2)
 
 _KNOWN: dict[np.dtype, str] = {}

@@ -18,8 +18,9 @@ from . import _core, selector
 from ._allreduce import allreduce, prepare
 from ._arrays import refused_together, why_not_in_place
 from ._collectives import Handle, broadcast_object
-from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
-from ._runtime import init, size, topology
+from ._dtypes import ELEMENT_BYTES, FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
+from ._membership import ProcessSet, place
+from ._runtime import size, topology
 
 DEFAULT_FUSION_THRESHOLD = 64 << 20
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -61,6 +62,7 @@ def plan_buckets(
     dtype: str = "float32",
     fusion_threshold: int | None = None,
     compute_threads: int = 1,
+    process_set: ProcessSet | None = None,
 ) -> BucketPlan:
     """Cut arrays of ``nbytes`` each, listed in the order they become ready (for gradients:
     the reverse of the parameters' order), into consecutive buckets, each reduced by one
@@ -71,13 +73,15 @@ def plan_buckets(
     overlap the computation, one bucket where it would only share the cores with it);
     ``compute_threads`` is how many threads each rank computes with. Collective: rank 0 plans
     and every rank gets its plan, so the ranks agree even if their settings differ; ranks that
-    give different ``nbytes`` all raise ``ValueError``.
+    give different ``nbytes`` all raise ``ValueError``. With ``process_set``, collective over
+    its members, its first rank planning.
     """
     sizes = [int(n) for n in nbytes]
     if any(n < 0 for n in sizes):
         raise ValueError("array sizes must be >= 0 bytes")
-    init()
-    _ensure_auto_table("auto")
+    where = place(process_set)
+    if where.id == 0:
+        _ensure_auto_table("auto")
     if fusion_threshold is not None or "RINGLET_FUSION_THRESHOLD" in os.environ:
         limit = max(fusion_threshold_bytes(fusion_threshold), 1)
         reason = ("fusion_threshold" if fusion_threshold is not None
@@ -90,7 +94,7 @@ def plan_buckets(
             affinity = os.cpu_count() or 1
         cores_per_rank = min(affinity, (os.cpu_count() or 1) // here.local_size)
         choice = selector.bucket_bytes(
-            dtype, size(), hosts=here.cross_size, cores_per_rank=cores_per_rank,
+            dtype, where.size, hosts=here.cross_size, cores_per_rank=cores_per_rank,
             threads=max(int(compute_threads), 1))
         limit, reason = choice.limit, choice.reason
     buckets: list[list[int]] = []
@@ -102,8 +106,9 @@ def plan_buckets(
         buckets[-1].append(index)
         filled += n
     plan = BucketPlan(buckets, limit, reason)
-    chosen, first_sizes = broadcast_object((plan, sizes), 0)
-    if _any_rank(first_sizes != sizes):
+    first = 0 if where.ranks is None else where.ranks[0]
+    chosen, first_sizes = broadcast_object((plan, sizes), first, process_set=process_set)
+    if _any_rank(first_sizes != sizes, process_set):
         raise ValueError(
             "the ranks plan buckets for different arrays (rank 0 has "
             f"{len(first_sizes)} arrays of {sum(first_sizes)} bytes, this rank {len(sizes)} of "
@@ -111,9 +116,10 @@ def plan_buckets(
     return chosen
 
 
-def _any_rank(flag: bool) -> bool:
+def _any_rank(flag: bool, process_set: ProcessSet | None = None) -> bool:
     """True on every rank if ``flag`` is true on any (collective)."""
-    return bool(allreduce(np.array([int(flag)], dtype=np.int32), "max")[0])
+    flags = np.array([int(flag)], dtype=np.int32)
+    return bool(allreduce(flags, "max", process_set=process_set)[0])
 
 
 def wire_dtype(dtype: str, compression: Any) -> str:
@@ -158,10 +164,12 @@ def allreduce_group_async(
     postscale: float = 1.0,
     fusion_threshold: int | None = None,
     result: Any = None,
+    process_set: ProcessSet | None = None,
 ) -> Handle:
-    """Queue an in-place allreduce of ``arrays`` (fused, one stream per dtype); ``wait()``
-    returns ``result``."""
-    with refused_together("allreduce"):
+    """Queue an in-place allreduce of ``arrays`` (fused, one stream per dtype) over all ranks
+    or ``process_set``'s; ``wait()`` returns ``result``."""
+    where = place(process_set)
+    with refused_together("allreduce", process_set=where.id):
         check_op(op)
         selector.check_algorithm(algorithm)
         names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
@@ -170,20 +178,34 @@ def allreduce_group_async(
         for wire in wires.values():
             _core.check_algorithm("allreduce", algorithm, wire, op)
         prescale, postscale = float(prescale), float(postscale)
-    init()
-    _ensure_auto_table(algorithm)
+    if where.id == 0:
+        _ensure_auto_table(algorithm)
     # One fused stream per dtype, in order of first appearance: deterministic on every rank.
     by_dtype: dict[str, list[np.ndarray]] = {}
     for name, array in zip(names, arrays):
         by_dtype.setdefault(name, []).append(array)
     handles = [
         _core.allreduce_group_async(
-            group, name, wires[name], op, algorithm, prescale, postscale, threshold,
-            selector.pack_below(wires[name], size()),
+            group, name, wires[name], op,
+            _set_algorithm(algorithm, group, wires[name], op, threshold, where.size)
+            if where.id else algorithm,
+            prescale, postscale, threshold, selector.pack_below(wires[name], where.size),
+            where.id,
         )
         for name, group in by_dtype.items()
     ]
     return Handle(handles, lambda: result)
+
+
+def _set_algorithm(algorithm: str, arrays: list[np.ndarray], wire: str, op: str,
+                   threshold: int, ranks: int) -> str:
+    """``algorithm`` for a process set's grouped allreduce, "auto" resolved here: the decision
+    table in the core is for ringlet's whole communicator, and cannot be rebuilt by a set's
+    members alone. The choice is the model's for a fusion buffer's size at the set's size."""
+    if algorithm != "auto":
+        return algorithm
+    wire_bytes = sum(a.size for a in arrays) * ELEMENT_BYTES[wire]
+    return selector.choose_in_set(min(wire_bytes, max(threshold, 1)), ranks, wire, op)
 
 
 def average_gradients(
@@ -195,8 +217,9 @@ def average_gradients(
     postscale: float = 1.0,
     fusion_threshold: int | None = None,
     algorithm: str = "auto",
+    process_set: ProcessSet | None = None,
 ) -> None:
-    """Average (or ``op``) each array across ranks, in place.
+    """Average (or ``op``) each array across ranks (or ``process_set``'s), in place.
 
     Small arrays are packed into fusion buffers of at most ``fusion_threshold`` bytes (default
     64 MiB, or RINGLET_FUSION_THRESHOLD), one collective per buffer, in the arrays' order.
@@ -206,7 +229,7 @@ def average_gradients(
     """
     allreduce_group_async(
         arrays, op, algorithm=algorithm, compression=compression, prescale=prescale,
-        postscale=postscale, fusion_threshold=fusion_threshold,
+        postscale=postscale, fusion_threshold=fusion_threshold, process_set=process_set,
     ).wait()
 
 
@@ -219,6 +242,7 @@ def allreduce_async(
     compression: Any = None,
     prescale: float = 1.0,
     postscale: float = 1.0,
+    process_set: ProcessSet | None = None,
 ) -> Handle:
     """Start ``allreduce(x, op, out=out, algorithm=algorithm)`` in the background.
 
@@ -226,9 +250,9 @@ def allreduce_async(
     submission order (so every rank must submit them in the same order).
     """
     # The same checks and copy as the synchronous call, then one queued group of one.
-    result, _ = prepare(x, op, out, algorithm)
+    result, _ = prepare(x, op, out, algorithm, place(process_set).id)
     return allreduce_group_async(
         [result], op, algorithm=algorithm, compression=compression, prescale=prescale,
-        postscale=postscale, fusion_threshold=0, result=result,
+        postscale=postscale, fusion_threshold=0, result=result, process_set=process_set,
     )
 

@@ -162,13 +162,6 @@ def size() -> int:
     return _current_group()[1]
 
 
-def barrier() -> None:
-    """Wait until every rank has called it (a collective, checked like the others)."""
-    register_thread()
-    init()
-    _core.barrier()
-
-
 def thread_level() -> str:
     """The MPI thread level granted: "single", "funneled", "serialized" or "multiple"."""
     init()

@@ -322,6 +322,16 @@ def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
     return _lookup(nbytes, dtype, op)
 
 
+def choose_in_set(nbytes: int, size: int, dtype: str, op: str) -> str:
+    """The algorithm ``auto`` runs in a process set of ``size`` ranks: the model's best with
+    the parameters of ringlet's communicator, which its ranks agreed on when the set was added
+    (``ringlet.add_process_set`` installs them), so that every member chooses alike. Local."""
+    check_op(op)
+    if _params is None:
+        raise _core.RingletError("internal: no parameters installed before a process set call")
+    return best(nbytes, size, dtype, _params, op)
+
+
 # ---------------------------------------------------------------------------------------------
 # Calibration: measure, cache, broadcast.
 

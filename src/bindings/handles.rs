@@ -7,7 +7,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
-use crate::runtime::process::caller_thread;
+use crate::runtime::process::{caller_thread, SetId, WORLD};
 use crate::worker::Completion;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -44,7 +44,8 @@ impl Handle {
 /// averaging fewer than `pack_below` bytes is packed into one buffer.
 #[pyfunction]
 #[pyo3(signature = (
-    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, pack_below=0
+    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, pack_below=0,
+    process_set=WORLD
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group_async(
@@ -57,6 +58,7 @@ pub fn allreduce_group_async(
     postscale: f64,
     fusion_bytes: usize,
     pack_below: usize,
+    process_set: SetId,
 ) -> PyResult<Handle> {
     let mut buffers = Vec::with_capacity(arrays.len());
     let mut shapes = Vec::with_capacity(arrays.len());
@@ -77,6 +79,7 @@ pub fn allreduce_group_async(
         pack_below,
         shapes,
         thread: caller_thread(),
+        set: process_set,
     };
     let keepalive: Vec<Py<PyAny>> = arrays.into_iter().map(|a| a.into_any().unbind()).collect();
     // SAFETY: `keepalive` holds every array until the job ends, and the caller may not touch
@@ -87,11 +90,13 @@ pub fn allreduce_group_async(
 
 /// Queue an in-place broadcast of `array` (of NumPy dtype `dtype`) from `root`.
 #[pyfunction]
+#[pyo3(signature = (array, dtype, root, algorithm, process_set=WORLD))]
 pub fn broadcast_async(
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
     root: usize,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<Handle> {
     // SAFETY: as in `allreduce_group_async`, for one array.
     let buffer = Buffer::of(unsafe { contiguous(array, "broadcast")? });
@@ -105,6 +110,7 @@ pub fn broadcast_async(
             shape,
             root,
             algorithm.to_string(),
+            process_set,
             keepalive,
         )?
     };

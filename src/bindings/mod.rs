@@ -9,7 +9,7 @@ use crate::auto;
 use crate::dtype::{DType, ReduceOp};
 use crate::runtime;
 use crate::runtime::broadcast::Array;
-use crate::runtime::process::{self, Parent};
+use crate::runtime::process::{self, Parent, SetId, WORLD};
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -47,15 +47,36 @@ fn finalize(py: Python<'_>) -> PyResult<bool> {
     detached(py, || Ok(process::finalize()))
 }
 
-/// (rank, size, each rank's host).
+/// (rank, size, each rank's host) in `process_set` (0: ringlet's communicator).
 #[pyfunction]
-fn group(py: Python<'_>) -> PyResult<(usize, usize, Vec<String>)> {
-    detached(py, runtime::group)
+#[pyo3(signature = (process_set=WORLD))]
+fn group(py: Python<'_>, process_set: SetId) -> PyResult<(usize, usize, Vec<String>)> {
+    detached(py, || runtime::group(process_set))
 }
 
 #[pyfunction]
-fn barrier(py: Python<'_>) -> PyResult<()> {
-    detached(py, runtime::barrier)
+#[pyo3(signature = (process_set=WORLD))]
+fn barrier(py: Python<'_>, process_set: SetId) -> PyResult<()> {
+    detached(py, || runtime::barrier(process_set))
+}
+
+/// Add a process set of `ranks` (sorted, distinct) and return its id. Collective over
+/// ringlet's communicator, with the same ranks everywhere.
+#[pyfunction]
+fn add_process_set(py: Python<'_>, ranks: Vec<usize>) -> PyResult<SetId> {
+    detached(py, || runtime::add_process_set(&ranks))
+}
+
+/// Free a process set's communicator (local); False if there is no such set.
+#[pyfunction]
+fn remove_process_set(process_set: SetId) -> bool {
+    process::remove_process_set(process_set)
+}
+
+/// Every process set: (id, ranks), the world's (id 0) first.
+#[pyfunction]
+fn process_sets() -> PyResult<Vec<(SetId, Vec<usize>)>> {
+    Ok(process::process_sets()?)
 }
 
 /// (the MPI library's own description, the MPI ringlet was compiled against).
@@ -147,38 +168,42 @@ fn allreduce_fast<'py>(
     };
     let shape = target.shape();
     detached(py, || {
-        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm)
+        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, WORLD)
     })?;
     Ok(Some(target.into_any()))
 }
 
 /// Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements.
 #[pyfunction]
+#[pyo3(signature = (array, dtype, op, algorithm, process_set=WORLD))]
 fn allreduce(
     py: Python<'_>,
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
     op: &str,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<()> {
     let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
     // SAFETY: `array` is borrowed from the caller for the whole call.
     let bytes = unsafe { contiguous(array, "allreduce")? };
     let shape = array.shape();
     detached(py, || {
-        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm)
+        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, process_set)
     })
 }
 
 /// Broadcast a C-contiguous, aligned, writeable array from `root`, in place; `dtype` is its
 /// NumPy dtype's name (any dtype: broadcast moves bytes).
 #[pyfunction]
+#[pyo3(signature = (array, dtype, root, algorithm, process_set=WORLD))]
 fn broadcast(
     py: Python<'_>,
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
     root: usize,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<()> {
     // SAFETY: `array` is borrowed from the caller for the whole call.
     let bytes = unsafe { contiguous(array, "broadcast")? };
@@ -188,23 +213,27 @@ fn broadcast(
         dtype,
         shape,
     };
-    detached(py, || runtime::broadcast::broadcast(array, root, algorithm))
+    detached(py, || {
+        runtime::broadcast::broadcast(array, root, algorithm, process_set)
+    })
 }
 
 /// Every rank's C-contiguous `array` (of NumPy dtype `dtype`), concatenated along the first
 /// dimension: (the bytes as a uint8 array, rows per rank).
 #[pyfunction]
+#[pyo3(signature = (array, dtype, algorithm, process_set=WORLD))]
 fn allgather<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
     dtype: &str,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
     // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
     let input = unsafe { readable_bytes(array, "allgather")? };
     let (shape, itemsize) = (array.shape(), array.dtype().itemsize());
     let gathered = detached(py, || {
-        runtime::allgather::allgather(input, dtype, itemsize, shape, algorithm)
+        runtime::allgather::allgather(input, dtype, itemsize, shape, algorithm, process_set)
     })?;
     let bytes = bytes_array(py, gathered.storage, gathered.bytes)?;
     Ok((bytes, gathered.counts))
@@ -213,18 +242,28 @@ fn allgather<'py>(
 /// Rank r's `splits[q]` rows of its C-contiguous `array` go to rank q: (what this rank
 /// received, concatenated in rank order, as the bytes of a uint8 array; rows from each rank).
 #[pyfunction]
+#[pyo3(signature = (array, dtype, splits, algorithm, process_set=WORLD))]
 fn alltoall<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
     dtype: &str,
     splits: Vec<usize>,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
     // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
     let input = unsafe { readable_bytes(array, "alltoall")? };
     let (shape, itemsize) = (array.shape(), array.dtype().itemsize());
     let received = detached(py, || {
-        runtime::alltoall::alltoall(input, dtype, itemsize, shape, &splits, algorithm)
+        runtime::alltoall::alltoall(
+            input,
+            dtype,
+            itemsize,
+            shape,
+            &splits,
+            algorithm,
+            process_set,
+        )
     })?;
     let bytes = bytes_array(py, received.storage, received.bytes)?;
     Ok((bytes, received.counts))
@@ -233,6 +272,7 @@ fn alltoall<'py>(
 /// This rank's block (`counts[rank]` rows) of the reduction of `array` over all ranks, as the
 /// bytes of a uint8 array.
 #[pyfunction]
+#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set=WORLD))]
 fn reduce_scatter<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
@@ -240,13 +280,22 @@ fn reduce_scatter<'py>(
     op: &str,
     counts: Vec<usize>,
     algorithm: &str,
+    process_set: SetId,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
     // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
     let input = unsafe { readable_bytes(array, "reduce_scatter")? };
     let shape = array.shape();
     let block = detached(py, || {
-        runtime::reduce_scatter::reduce_scatter(input, dtype, op, shape, &counts, algorithm)
+        runtime::reduce_scatter::reduce_scatter(
+            input,
+            dtype,
+            op,
+            shape,
+            &counts,
+            algorithm,
+            process_set,
+        )
     })?;
     bytes_array(py, block.storage, block.bytes)
 }
@@ -254,8 +303,9 @@ fn reduce_scatter<'py>(
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
 /// raise too (naming `reason`) instead of waiting; the caller then raises its own error.
 #[pyfunction]
-fn refuse(py: Python<'_>, collective: &str, reason: String) -> PyResult<()> {
-    detached(py, || runtime::refuse(collective, reason))
+#[pyo3(signature = (collective, reason, process_set=WORLD))]
+fn refuse(py: Python<'_>, collective: &str, reason: String, process_set: SetId) -> PyResult<()> {
+    detached(py, || runtime::refuse(collective, reason, process_set))
 }
 
 /// Install the "auto" decision table: (dtype, op, largest bytes, algorithm) ranges.
@@ -406,11 +456,11 @@ mod _core {
     use super::handles::{allreduce_group_async, broadcast_async, Handle};
     #[pymodule_export]
     use super::{
-        _test_panic, _test_wrong_length_message, abort, algorithm_cost, algorithm_support,
-        algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_choice, barrier,
-        broadcast, check_algorithm, clear_auto_table, dtypes, finalize, group, init,
+        _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,
+        algorithm_support, algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_choice,
+        barrier, broadcast, check_algorithm, clear_auto_table, dtypes, finalize, group, init,
         is_initialized, kernel_level, measure_combine, measure_sendrecv, mpi_library, ops,
-        reduce_scatter, refuse, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
-        settings, shutdown, stats, wait_policy,
+        process_sets, reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table,
+        set_stats_enabled, set_thread_key, settings, shutdown, stats, wait_policy,
     };
 }

@@ -3,7 +3,8 @@
 
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::{pick, process};
+use super::pick;
+use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::{Allgather, ALLGATHER};
 use crate::worker;
@@ -24,10 +25,11 @@ pub fn allgather(
     itemsize: usize,
     shape: &[usize],
     algorithm: &str,
+    set: SetId,
 ) -> Result<Gathered> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(set, |comm| {
             allgather_on(comm, input, dtype, itemsize, shape, algorithm, thread)
         })
     })

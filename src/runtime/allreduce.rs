@@ -2,7 +2,7 @@
 
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::process;
+use super::process::{self, SetId};
 use crate::auto;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -19,10 +19,11 @@ pub fn allreduce(
     op: ReduceOp,
     shape: &[usize],
     algorithm: &str,
+    set: SetId,
 ) -> Result<()> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(set, |comm| {
             allreduce_on(comm, buf, dtype, op, shape, algorithm, thread)
         })
     })

@@ -5,7 +5,8 @@
 use super::allgather::Gathered;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::{pick, process};
+use super::pick;
+use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::{Alltoall, ALLTOALL};
 use crate::worker;
@@ -21,10 +22,11 @@ pub fn alltoall(
     shape: &[usize],
     splits: &[usize],
     algorithm: &str,
+    set: SetId,
 ) -> Result<Gathered> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(set, |comm| {
             alltoall_on(
                 comm, input, dtype, itemsize, shape, splits, algorithm, thread,
             )

@@ -3,7 +3,8 @@
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::{pick, process};
+use super::pick;
+use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::BROADCAST;
 use crate::worker::{self, Completion};
@@ -18,10 +19,12 @@ pub struct Array<'a> {
 }
 
 /// Broadcast `array` from `root` in place, after any queued work.
-pub fn broadcast(array: Array, root: usize, algorithm: &str) -> Result<()> {
+pub fn broadcast(array: Array, root: usize, algorithm: &str, set: SetId) -> Result<()> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| broadcast_on(comm, array, root, algorithm, thread))
+        process::with_communicator(set, |comm| {
+            broadcast_on(comm, array, root, algorithm, thread)
+        })
     })
 }
 
@@ -36,6 +39,7 @@ pub unsafe fn broadcast_async(
     shape: Vec<usize>,
     root: usize,
     algorithm: String,
+    set: SetId,
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Arc<Completion>> {
     let thread = process::caller_thread();
@@ -47,8 +51,9 @@ pub unsafe fn broadcast_async(
             dtype: &dtype,
             shape: &shape,
         };
-        let outcome =
-            process::with_communicator(|comm| broadcast_on(comm, array, root, &algorithm, thread));
+        let outcome = process::with_communicator(set, |comm| {
+            broadcast_on(comm, array, root, &algorithm, thread)
+        });
         drop(keepalive);
         outcome
     }))

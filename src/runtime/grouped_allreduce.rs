@@ -17,7 +17,7 @@ use super::allreduce::choose;
 use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::process;
+use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{convert, Finish};
@@ -53,6 +53,8 @@ pub struct Group {
     pub shapes: Vec<Vec<usize>>,
     /// The submitting thread (see [`Call::thread`]).
     pub thread: u64,
+    /// The process set to reduce over.
+    pub set: SetId,
 }
 
 impl Group {
@@ -113,7 +115,9 @@ pub unsafe fn allreduce_group_async(
             // SAFETY: the caller's contract; the buffers are disjoint (checked just now), so
             // no two slices alias.
             let mut arrays: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
-            process::with_communicator(|comm| allreduce_group_on(comm, &mut arrays, &group))
+            process::with_communicator(group.set, |comm| {
+                allreduce_group_on(comm, &mut arrays, &group)
+            })
         });
         drop(keepalive);
         outcome

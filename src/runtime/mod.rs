@@ -31,6 +31,7 @@ use crate::schedules::{self, Algorithm, Cost, Support, Tuning};
 use crate::{probe, worker};
 use call::{Call, Kind};
 use communicator::{Communicator, Settings};
+use process::{SetId, WORLD};
 
 /// The algorithm `name` names in `registry`; "auto" is the first registered.
 fn pick<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
@@ -41,9 +42,14 @@ fn pick<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'
 }
 
 /// Wait until every rank has called it (after any queued work).
-pub fn barrier() -> Result<()> {
+pub fn barrier(set: SetId) -> Result<()> {
     let thread = process::caller_thread();
-    worker::run_in_order(|| process::with_communicator(|comm| barrier_on(comm, thread)))
+    worker::run_in_order(|| process::with_communicator(set, |comm| barrier_on(comm, thread)))
+}
+
+/// Add a process set of `ranks` (after any queued work); see [`process::add_process_set`].
+pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
+    worker::run_in_order(|| process::add_process_set(ranks))
 }
 
 pub fn barrier_on(comm: &Communicator, thread: u64) -> Result<()> {
@@ -54,11 +60,11 @@ pub fn barrier_on(comm: &Communicator, thread: u64) -> Result<()> {
 /// A collective of `kind` that the caller refused before it reached the runtime (bad
 /// arguments): take part in its check anyway, so that the ranks stay in step. The other ranks
 /// get `MismatchError` naming `reason` unless they refused too; the caller raises its own error.
-pub fn refuse(kind: &str, reason: String) -> Result<()> {
+pub fn refuse(kind: &str, reason: String, set: SetId) -> Result<()> {
     let kind = Kind::from_name(kind)?;
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(set, |comm| {
             // The caller raises its own exception; this one only says the same thing.
             let _ = comm.refuse::<()>(&Call::new(kind, thread), CoreError::InvalidArgument(reason));
             Ok(())
@@ -71,12 +77,14 @@ pub use crate::transport::waiting::{self, set_wait_policy, wait_policy};
 
 /// The communicator's settings.
 pub fn settings() -> Result<Settings> {
-    process::with_communicator(|comm| Ok(comm.settings()))
+    process::with_communicator(WORLD, |comm| Ok(comm.settings()))
 }
 
-/// Rank, size and each rank's host.
-pub fn group() -> Result<(usize, usize, Vec<String>)> {
-    process::with_communicator(|comm| Ok((comm.rank(), comm.size(), comm.hosts().to_vec())))
+/// Rank, size and each rank's host, in process set `set`.
+pub fn group(set: SetId) -> Result<(usize, usize, Vec<String>)> {
+    process::with_communicator(set, |comm| {
+        Ok((comm.rank(), comm.size(), comm.hosts().to_vec()))
+    })
 }
 
 /// The registered algorithms of a collective ("allreduce", "broadcast", "allgather",
@@ -142,7 +150,7 @@ pub fn check_algorithm(collective: &str, name: &str, dtype: DType, op: ReduceOp)
 /// `name`'s cost for `bytes` on `ranks` ranks, with the communicator's settings (the
 /// defaults before `init`).
 pub fn cost(collective: &str, name: &str, ranks: usize, bytes: usize) -> Result<Cost> {
-    let tuning = process::with_communicator(|comm| Ok(comm.settings().tuning))
+    let tuning = process::with_communicator(WORLD, |comm| Ok(comm.settings().tuning))
         .unwrap_or_else(|_| Tuning::default());
     Ok(find_algorithm(collective, name)?.cost(ranks.max(1), bytes, &tuning))
 }
@@ -150,7 +158,7 @@ pub fn cost(collective: &str, name: &str, ranks: usize, bytes: usize) -> Result<
 /// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.
 pub fn measure_sendrecv(nbytes: usize, repeats: usize) -> Result<f64> {
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(WORLD, |comm| {
             probe::sendrecv_seconds(comm.transport(), nbytes, repeats)
         })
     })
@@ -183,7 +191,7 @@ pub mod testing {
     /// Rank 0 sends `sent` bytes to rank 1, which expects `expected`: a message of the wrong
     /// length, which the transport must report. Needs at least 2 ranks; the others do nothing.
     pub fn wrong_length_message(sent: usize, expected: usize) -> Result<()> {
-        process::with_communicator(|comm| {
+        process::with_communicator(process::WORLD, |comm| {
             let transport = comm.transport();
             if transport.size() < 2 {
                 return Err(CoreError::InvalidArgument("needs at least 2 ranks".into()));

@@ -13,6 +13,7 @@ use mpi::environment::Universe;
 use mpi::ffi;
 use mpi::Threading;
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -23,7 +24,19 @@ struct State {
     /// ringlet's communicator; `None` before `init` and after `shutdown`.
     communicator: Option<Communicator<MpiTransport>>,
     threading: Threading,
+    /// The process sets this rank belongs to, by id.
+    sets: BTreeMap<SetId, Communicator<MpiTransport>>,
+    /// The ranks of every process set added on ringlet's communicator, by id; every rank
+    /// numbers them alike, members or not.
+    set_ranks: BTreeMap<SetId, Vec<usize>>,
+    next_set: SetId,
 }
+
+/// Which communicator a collective runs on: [`WORLD`], ringlet's own, or a process set's.
+pub type SetId = u32;
+
+/// ringlet's communicator (MPI_COMM_WORLD's duplicate, or the one `init` was given).
+pub const WORLD: SetId = 0;
 
 // SAFETY: `Universe` holds no thread-bound state (an optional attached buffer), and the
 // communicator's transport is Send (see MpiTransport); both are only touched under the mutex,
@@ -34,6 +47,9 @@ static STATE: Mutex<State> = Mutex::new(State {
     universe: None,
     communicator: None,
     threading: Threading::Single,
+    sets: BTreeMap::new(),
+    set_ranks: BTreeMap::new(),
+    next_set: WORLD + 1,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -112,8 +128,10 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
                 "the communicator is MPI_COMM_NULL".into(),
             ));
         }
-        state.communicator = None; // free the old duplicate first
-                                   // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
+        // Free the old duplicate first, and the process sets made from it.
+        state.clear_sets();
+        state.communicator = None;
+        // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
         let transport = unsafe { MpiTransport::duplicate(handle)? };
         state.communicator = Some(Communicator::new(transport, options)?);
         crate::auto::clear(); // its choices were for the previous communicator
@@ -142,20 +160,98 @@ pub fn is_initialized() -> bool {
     state().communicator.is_some()
 }
 
-/// Run `f` with ringlet's communicator; calls from several threads are serialized here.
-pub fn with_communicator<R>(f: impl FnOnce(&Communicator) -> Result<R>) -> Result<R> {
+/// Run `f` with the communicator of process set `set`; calls from several threads are
+/// serialized here.
+pub fn with_communicator<R>(set: SetId, f: impl FnOnce(&Communicator) -> Result<R>) -> Result<R> {
     let state = state();
-    let communicator = state.communicator.as_ref().ok_or_else(not_initialized)?;
-    f(communicator)
+    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    if set == WORLD {
+        return f(world);
+    }
+    match (state.sets.get(&set), state.set_ranks.get(&set)) {
+        (Some(communicator), _) => f(communicator),
+        (None, Some(ranks)) => Err(CoreError::InvalidArgument(format!(
+            "rank {} is not in process set {set} (ranks {ranks:?}); only its members may call \
+             its collectives",
+            world.rank()
+        ))),
+        (None, None) => Err(CoreError::InvalidArgument(format!(
+            "process set {set} does not exist (it was removed, or never added)"
+        ))),
+    }
 }
 
-/// Change the communicator's settings.
+/// Add a process set of `ranks` (sorted, distinct ranks of ringlet's communicator) and return
+/// its id. Collective over ringlet's communicator: every rank calls it with the same ranks,
+/// members or not (the caller has agreed on them), after any queued work.
+pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
+    let mut state = state();
+    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    let ordered = ranks.windows(2).all(|pair| pair[0] < pair[1]);
+    if ranks.is_empty() || !ordered || ranks.iter().any(|&r| r >= world.size()) {
+        return Err(CoreError::InvalidArgument(format!(
+            "a process set needs distinct ranks in increasing order, each below {}; got {ranks:?}",
+            world.size()
+        )));
+    }
+    let settings = world.settings();
+    let part = world
+        .transport()
+        .split(ranks.binary_search(&world.rank()).is_ok())?;
+    let id = state.next_set;
+    if let Some(transport) = part {
+        let mut options = options_from_env()?;
+        options.host = mpi_library::processor_name();
+        let mut communicator = Communicator::new(transport, options)?;
+        communicator.set_settings(settings)?;
+        state.sets.insert(id, communicator);
+    }
+    state.set_ranks.insert(id, ranks.to_vec());
+    state.next_set += 1;
+    Ok(id)
+}
+
+/// Free process set `set`'s communicator; false if there is no such set (the world cannot be
+/// removed). Local: no message is sent.
+pub fn remove_process_set(set: SetId) -> bool {
+    let mut state = state();
+    state.sets.remove(&set);
+    state.set_ranks.remove(&set).is_some()
+}
+
+/// Every process set's id and ranks, the world's included.
+pub fn process_sets() -> Result<Vec<(SetId, Vec<usize>)>> {
+    let state = state();
+    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    let everyone = (WORLD, (0..world.size()).collect());
+    let added = state
+        .set_ranks
+        .iter()
+        .map(|(&id, ranks)| (id, ranks.clone()));
+    Ok(std::iter::once(everyone).chain(added).collect())
+}
+
+impl State {
+    fn clear_sets(&mut self) {
+        self.sets.clear();
+        self.set_ranks.clear();
+        self.next_set = WORLD + 1;
+    }
+}
+
+/// Change the settings of ringlet's communicator and of its process sets.
 pub fn update_settings(change: impl FnOnce(&mut Settings)) -> Result<Settings> {
     let mut state = state();
-    let communicator = state.communicator.as_mut().ok_or_else(not_initialized)?;
+    let State {
+        communicator, sets, ..
+    } = &mut *state;
+    let communicator = communicator.as_mut().ok_or_else(not_initialized)?;
     let mut settings = communicator.settings();
     change(&mut settings);
     communicator.set_settings(settings)?;
+    for set in sets.values_mut() {
+        set.set_settings(settings)?;
+    }
     crate::auto::clear(); // the model's costs depend on the settings
     Ok(settings)
 }
@@ -221,7 +317,9 @@ pub fn caller_thread() -> u64 {
 /// Free ringlet's communicator. MPI itself stays up (it cannot be restarted), so `init` may
 /// be called again.
 pub fn shutdown() {
-    state().communicator = None;
+    let mut state = state();
+    state.clear_sets();
+    state.communicator = None;
     crate::auto::clear();
 }
 
@@ -229,6 +327,10 @@ pub fn shutdown() {
 /// Returns whether MPI_Finalize was called.
 pub fn finalize() -> bool {
     let mut state = state();
+    for (_, set) in std::mem::take(&mut state.sets) {
+        set.into_transport().release();
+    }
+    state.clear_sets();
     if let Some(communicator) = state.communicator.take() {
         communicator.into_transport().release();
     }

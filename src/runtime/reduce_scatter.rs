@@ -4,7 +4,8 @@
 use super::allreduce::check_array;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::{pick, process};
+use super::pick;
+use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Finish};
@@ -26,10 +27,11 @@ pub fn reduce_scatter(
     shape: &[usize],
     counts: &[usize],
     algorithm: &str,
+    set: SetId,
 ) -> Result<Block> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
-        process::with_communicator(|comm| {
+        process::with_communicator(set, |comm| {
             reduce_scatter_on(comm, input, dtype, op, shape, counts, algorithm, thread)
         })
     })

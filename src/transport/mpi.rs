@@ -86,17 +86,44 @@ impl MpiTransport {
     pub unsafe fn duplicate(parent: ffi::MPI_Comm) -> Result<Self> {
         let mut dup = ffi::RSMPI_COMM_NULL;
         check(ffi::MPI_Comm_dup(parent, &mut dup), "MPI_Comm_dup")?;
-        // SAFETY: `dup` is a new intra-communicator that nothing else holds; rsmpi frees it.
-        let comm = SimpleCommunicator::from_raw(dup);
+        Self::adopt(dup)
+    }
+
+    /// A new communicator of the ranks that pass `member = true`, ordered as they are here;
+    /// `None` on the others. Collective over this communicator: every rank must call it.
+    pub fn split(&self, member: bool) -> Result<Option<Self>> {
+        let parent = self.raw()?;
+        // SAFETY: reading predefined handle constants.
+        let (undefined, null) = unsafe { (ffi::RSMPI_UNDEFINED, ffi::RSMPI_COMM_NULL) };
+        let color = if member { 0 } else { undefined };
+        let mut part = null;
+        // SAFETY: `parent` is this transport's live communicator; `part` is a live local.
+        let code = unsafe { ffi::MPI_Comm_split(parent, color, self.rank as c_int, &mut part) };
+        check(code, "MPI_Comm_split")?;
+        if part == null {
+            return Ok(None);
+        }
+        // SAFETY: `part` is the new communicator MPI_Comm_split just made for this rank.
+        unsafe { Self::adopt(part) }.map(Some)
+    }
+
+    /// Take ownership of `comm`, a communicator nothing else holds: its errors are returned,
+    /// and dropping the transport frees it.
+    ///
+    /// # Safety
+    /// `comm` must be a valid intra-communicator handle that nobody else frees.
+    unsafe fn adopt(comm: ffi::MPI_Comm) -> Result<Self> {
+        // SAFETY: the caller's contract; rsmpi frees it.
+        let owned = SimpleCommunicator::from_raw(comm);
         check(
-            ffi::MPI_Comm_set_errhandler(dup, ffi::RSMPI_ERRORS_RETURN),
+            ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
             "MPI_Comm_set_errhandler",
         )?;
         let (mut rank, mut size) = (0, 0);
-        check(ffi::MPI_Comm_rank(dup, &mut rank), "MPI_Comm_rank")?;
-        check(ffi::MPI_Comm_size(dup, &mut size), "MPI_Comm_size")?;
+        check(ffi::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
+        check(ffi::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
         Ok(MpiTransport {
-            comm: Some(comm),
+            comm: Some(owned),
             rank: rank as usize,
             size: size as usize,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
