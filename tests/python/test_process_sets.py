@@ -187,3 +187,28 @@ def test_a_bad_call_inside_a_set_leaves_its_members_in_step(
             ringlet.allreduce(x, "sum", process_set=mine)
     np.testing.assert_array_equal(ringlet.allreduce(x, process_set=mine),
                                   np.full(4, mine.size, dtype=np.float32))
+
+
+def test_auto_in_a_set_runs_the_models_choice_at_the_sets_size(
+    halves: tuple[ringlet.ProcessSet, list[int]]
+) -> None:
+    mine, _ = halves
+    x = np.ones(300_000, dtype=np.float32)
+    expected = ringlet.selector.choose_in_set(x.nbytes, mine.size, "float32", "sum")
+    ringlet.reset_stats()
+    np.testing.assert_array_equal(ringlet.allreduce(x, process_set=mine), x * mine.size)
+    assert set(ringlet.stats()) == {expected}
+
+
+def test_plan_buckets_in_a_set_agrees_among_its_members(
+    halves: tuple[ringlet.ProcessSet, list[int]]
+) -> None:
+    mine, _ = halves
+    plan = ringlet.plan_buckets([4 << 20, 4 << 20, 100], fusion_threshold=5 << 20,
+                                process_set=mine)
+    assert plan.buckets == [[0], [1, 2]]
+    assert ringlet.allgather_object(plan.buckets, process_set=mine) == [plan.buckets] * mine.size
+    if mine.size > 1:
+        sizes = [8, 8] if mine.rank == mine.size - 1 else [8]
+        with pytest.raises(ValueError, match="the ranks plan buckets for different arrays"):
+            ringlet.plan_buckets(sizes, process_set=mine)
