@@ -11,6 +11,7 @@ use _core::runtime::barrier_on;
 use _core::runtime::broadcast::{broadcast_on, Array};
 use _core::runtime::communicator::{Communicator, Options, Settings};
 use _core::runtime::grouped_allreduce::{allreduce_group_on, Group};
+use _core::runtime::join::join_on;
 use _core::runtime::reduce_scatter::reduce_scatter_on;
 use _core::runtime::stall::{Sink, StallPolicy};
 use _core::transport::local::LocalTransport;
@@ -656,5 +657,145 @@ fn alltoall_sends_each_rank_its_rows_and_refuses_bad_splits_in_step() {
             }
             assert!(in_step, "N={n} rank {me}");
         }
+    }
+}
+
+/// The group of `a_joined_rank_...`: three arrays, fused two ways, with factors.
+fn joined_group(wire: DType, pack_below: usize) -> Group {
+    Group {
+        dtype: DType::F32,
+        wire,
+        op: ReduceOp::Avg,
+        algorithm: "ring".into(),
+        prescale: 2.0,
+        postscale: 0.5,
+        fusion_bytes: 24,
+        pack_below,
+        shapes: vec![vec![3], vec![5], vec![2]],
+        thread: 0,
+        set: _core::runtime::process::WORLD,
+    }
+}
+
+#[test]
+fn a_joined_rank_adds_zeros_to_sum_and_avg_allreduces_until_every_rank_joins() {
+    for n in GROUPS {
+        for first in 0..n {
+            let results = on(n, |comm| {
+                let rank = comm.rank();
+                if rank == first {
+                    let last = join_on(comm, 0).expect("join");
+                    return (last, Vec::new());
+                }
+                let value = rank as f32 + 1.0;
+                let mut outputs = Vec::new();
+                for (op, algorithm) in [
+                    (ReduceOp::Sum, "ring"),
+                    (ReduceOp::Avg, "halving_doubling"),
+                    (ReduceOp::Sum, "recursive_doubling"),
+                    (ReduceOp::Avg, "pipelined_ring"),
+                ] {
+                    let mut x = buffer(&[value; 37]);
+                    let bytes = bytemuck::cast_slice_mut(&mut x);
+                    allreduce_on(comm, bytes, DType::F32, op, &[37], algorithm, 0).expect("op");
+                    outputs.push(x);
+                }
+                // In place, packed, and compressed (bfloat16 on the wire).
+                for (wire, pack_below) in [(DType::F32, 0), (DType::F32, 1 << 20), (DType::BF16, 0)]
+                {
+                    let group = joined_group(wire, pack_below);
+                    let (mut a, mut b, mut c) = (vec![value; 3], vec![value; 5], vec![value; 2]);
+                    let mut arrays: Vec<&mut [u8]> = vec![
+                        bytemuck::cast_slice_mut(&mut a),
+                        bytemuck::cast_slice_mut(&mut b),
+                        bytemuck::cast_slice_mut(&mut c),
+                    ];
+                    allreduce_group_on(comm, &mut arrays, &group).expect("group");
+                    outputs.extend([a, b, c]);
+                }
+                (join_on(comm, 0).expect("join"), outputs)
+            });
+            // The joined rank adds nothing; avg still divides by every rank, as Horovod's does.
+            let sum: f32 = (0..n).filter(|&r| r != first).map(|r| r as f32 + 1.0).sum();
+            let avg = sum / n as f32;
+            let scaled = 2.0 * avg * 0.5;
+            let expected = [sum, avg, sum, avg];
+            let last = results[0].0;
+            assert_ne!(last, first, "the first to join cannot be the last (n={n})");
+            for (rank, (joined_last, outputs)) in results.iter().enumerate() {
+                assert_eq!(*joined_last, last, "every rank names the same last rank");
+                if rank == first {
+                    continue;
+                }
+                for (x, want) in outputs.iter().zip(expected) {
+                    assert_eq!(x, &vec![want; 37], "n={n} first={first}");
+                }
+                for array in &outputs[4..] {
+                    // Within bfloat16's precision for the compressed group.
+                    assert!(array
+                        .iter()
+                        .all(|&v| (v - scaled).abs() <= scaled.abs() / 64.0));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn other_calls_while_a_rank_has_joined_raise_on_the_others_and_keep_them_in_step() {
+    for n in GROUPS {
+        let results = on(n, |comm| {
+            if comm.rank() == 0 {
+                return (join_on(comm, 0).expect("join"), Vec::new());
+            }
+            let mut errors = Vec::new();
+            let mut rows = buffer(&[1.0; 4]);
+            let bytes = bytemuck::cast_slice_mut(&mut rows);
+            errors.push(allgather_on(comm, bytes, "float32", 4, &[4], "auto", 0).err());
+            let mut root = buffer(&[1.0; 4]);
+            let array = Array {
+                bytes: bytemuck::cast_slice_mut(&mut root),
+                dtype: "float32",
+                shape: &[4],
+            };
+            errors.push(broadcast_on(comm, array, 1, "auto", 0).err());
+            errors.push(allreduce_of(comm, &[5], DType::F32, ReduceOp::Max, "ring").err());
+            errors.push(barrier_on(comm, 0).err());
+            (
+                join_on(comm, 0).expect("join"),
+                errors
+                    .into_iter()
+                    .map(|e| e.map(|e| e.to_string()))
+                    .collect(),
+            )
+        });
+        for (rank, (last, errors)) in results.iter().enumerate() {
+            assert_eq!(*last, n - 1, "the highest rank of those that joined last");
+            if rank == 0 {
+                continue;
+            }
+            assert_eq!(errors.len(), 4);
+            for error in errors {
+                let text = error
+                    .as_deref()
+                    .expect("a call while rank 0 has joined must fail");
+                assert!(
+                    text.contains("rank 0 has joined") && text.contains("rank 0 passed join"),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn join_on_one_rank_returns_at_once_and_every_rank_joining_together_agrees() {
+    assert_eq!(on(1, |comm| join_on(comm, 0).expect("join")), vec![0]);
+    for n in GROUPS {
+        let lasts = on(n, |comm| join_on(comm, 0).expect("join"));
+        assert_eq!(lasts, vec![n - 1; n]);
+        assert!(on(n, |comm| join_on(comm, 0).is_ok() && in_step(comm))
+            .iter()
+            .all(|&ok| ok));
     }
 }

@@ -31,6 +31,7 @@ from ._gradients import (
     allreduce_group_async,
     average_gradients,
     fusion_threshold_bytes,
+    join,
     plan_buckets,
 )
 from ._membership import ProcessSet
@@ -82,6 +83,7 @@ __all__ = [
     "fusion_threshold_bytes",
     "init",
     "is_initialized",
+    "join",
     "mpi_library",
     "owns_mpi",
     "plan_buckets",

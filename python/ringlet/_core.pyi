@@ -32,6 +32,7 @@ __all__ = [
     "group",
     "init",
     "is_initialized",
+    "join",
     "kernel_level",
     "measure_combine",
     "measure_sendrecv",
@@ -79,6 +80,9 @@ def group(process_set: int = 0) -> tuple[int, int, list[str]]:
     """(rank, size, each rank's host) in `process_set` (0: ringlet's communicator)."""
 
 def barrier(process_set: int = 0) -> None: ...
+def join(process_set: int = 0) -> int:
+    """Add zeros to the others' sum and avg allreduces until every rank has joined; the last."""
+
 def add_process_set(ranks: list[int]) -> int:
     """Add a process set of `ranks` (sorted, distinct) and return its id. Collective."""
 

@@ -20,7 +20,7 @@ from ._arrays import refused_together, why_not_in_place
 from ._collectives import Handle, broadcast_object
 from ._dtypes import ELEMENT_BYTES, FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import size, topology
+from ._runtime import register_thread, size, topology
 
 DEFAULT_FUSION_THRESHOLD = 64 << 20
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -256,3 +256,23 @@ def allreduce_async(
         postscale=postscale, fusion_threshold=0, result=result, process_set=process_set,
     )
 
+
+def join(process_set: ProcessSet | None = None) -> int:
+    """Say this rank has no more collectives to make (its data ran out first), and wait for
+    the others (of ``process_set``) to say so too; returns the rank that joined last, the same
+    on every rank.
+
+    Meanwhile this rank takes part in the others' "sum" and "avg" allreduces, sync or async,
+    fused or compressed, adding zeros ("avg" still divides by every rank, as Horovod's
+    ``join`` does). Any other collective the others make raises ``MismatchError`` on them,
+    saying who has joined; the ranks must not change ``ringlet.settings()`` meanwhile. Needs
+    the consistency check (the default; not RINGLET_CHECK=0).
+    """
+    register_thread()
+    where = place(process_set)
+    # The others' first "auto" call builds the decision table, collectively (calibration
+    # included): build it here too, at the same point in the sequence of calls.
+    if where.id == 0:
+        _ensure_auto_table("auto")
+    last = _core.join(where.id)
+    return last if where.ranks is None else where.ranks[last]

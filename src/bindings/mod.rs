@@ -60,6 +60,14 @@ fn barrier(py: Python<'_>, process_set: SetId) -> PyResult<()> {
     detached(py, || runtime::barrier(process_set))
 }
 
+/// Take part in the others' sum and avg allreduces with zeros until every rank of
+/// `process_set` has called it; returns the rank that called it last.
+#[pyfunction]
+#[pyo3(signature = (process_set=WORLD))]
+fn join(py: Python<'_>, process_set: SetId) -> PyResult<usize> {
+    detached(py, || runtime::join::join(process_set))
+}
+
 /// Add a process set of `ranks` (sorted, distinct) and return its id. Collective over
 /// ringlet's communicator, with the same ranks everywhere.
 #[pyfunction]
@@ -459,7 +467,7 @@ mod _core {
         _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,
         algorithm_support, algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_choice,
         barrier, broadcast, check_algorithm, clear_auto_table, dtypes, finalize, group, init,
-        is_initialized, kernel_level, measure_combine, measure_sendrecv, mpi_library, ops,
+        is_initialized, join, kernel_level, measure_combine, measure_sendrecv, mpi_library, ops,
         process_sets, reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table,
         set_stats_enabled, set_thread_key, settings, shutdown, stats, wait_policy,
     };

@@ -2,6 +2,7 @@
 
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
+use super::join::Replay;
 use super::process::{self, SetId};
 use crate::auto;
 use crate::dtype::{DType, ReduceOp};
@@ -54,7 +55,14 @@ pub fn allreduce_on(
         Ok(schedule) => schedule,
         Err(error) => return comm.refuse(&call, error),
     };
-    comm.begin(&call, None)?;
+    let replay = Replay::of(schedule.name(), dtype, op, Factors::NONE, vec![buf.len()]);
+    comm.begin(
+        &Call {
+            replay: replay.as_ref(),
+            ..call
+        },
+        None,
+    )?;
     let started = Instant::now();
     let tuning = comm.settings().tuning;
     let mut parts = Parts::one(buf);

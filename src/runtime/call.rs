@@ -1,6 +1,7 @@
 //! What one rank is about to do, in the form the consistency check compares and the error
 //! messages describe: "allreduce #17 of float32[4, 6] sum (ring)".
 
+use super::join::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 
@@ -12,16 +13,19 @@ pub enum Kind {
     ReduceScatter,
     Alltoall,
     Barrier,
+    /// A rank with no more collectives to make (see [`super::join`]).
+    Join,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Allreduce,
         Kind::Broadcast,
         Kind::Allgather,
         Kind::ReduceScatter,
         Kind::Alltoall,
         Kind::Barrier,
+        Kind::Join,
     ];
 
     pub fn name(self) -> &'static str {
@@ -32,6 +36,7 @@ impl Kind {
             Kind::ReduceScatter => "reduce_scatter",
             Kind::Alltoall => "alltoall",
             Kind::Barrier => "barrier",
+            Kind::Join => "join",
         }
     }
 
@@ -93,6 +98,8 @@ pub struct Call<'a> {
     /// Which of the process's threads calls: two threads interleaving collectives differently
     /// on two ranks would otherwise pair up the wrong calls.
     pub thread: u64,
+    /// How a joined rank can take part in this call, if it can (sum and avg allreduces).
+    pub replay: Option<&'a Replay>,
 }
 
 impl<'a> Call<'a> {
@@ -108,6 +115,7 @@ impl<'a> Call<'a> {
             counts: &[],
             part: None,
             thread,
+            replay: None,
         }
     }
 

@@ -5,8 +5,8 @@
 //! Every collective starts with [`Communicator::begin`]: number the call, tell the stall
 //! inspector, and (unless checking is off) agree with the other ranks on it.
 
-use super::call::{Call, Label};
-use super::consistency;
+use super::call::{Call, Kind, Label};
+use super::consistency::{self, Agreement, Description, Role};
 use super::stall::{Sink, StallInspector, StallPolicy};
 use crate::error::{CoreError, Result};
 use crate::schedules::Tuning;
@@ -161,21 +161,59 @@ impl Communicator {
     /// other ranks. A rank that `refused` the call (bad arguments) still takes part, so that
     /// the ranks stay in step: if every rank refused, each returns `Ok` here (and then its own
     /// error); otherwise every rank gets `MismatchError` naming who passed what.
+    ///
+    /// Ranks that have joined take part in the call if they can (see [`super::join`]).
     pub fn begin(&self, call: &Call, refused: Option<&CoreError>) -> Result<u64> {
+        let role = match call.replay {
+            Some(replay) if refused.is_none() => Role::Replay(replay.encode()),
+            _ => Role::Plain,
+        };
+        self.check_call(call, refused, role).map(|(seq, _)| seq)
+    }
+
+    /// On a rank that has joined: take part in the others' next call's check, as a join.
+    /// Whether the call can be replayed here, and if so how, is in the agreement.
+    pub fn begin_joined(&self, thread: u64) -> Result<Agreement> {
+        let call = Call::new(Kind::Join, thread);
+        self.check_call(&call, None, Role::Joined)
+            .map(|(_, agreement)| agreement)
+    }
+
+    /// Whether calls are checked (`RINGLET_CHECK`); joining needs it.
+    pub fn is_checked(&self) -> bool {
+        self.check
+    }
+
+    /// The number the next collective will have.
+    pub fn next_sequence(&self) -> u64 {
+        self.sequence.load(Ordering::Relaxed)
+    }
+
+    fn check_call(
+        &self,
+        call: &Call,
+        refused: Option<&CoreError>,
+        role: Role,
+    ) -> Result<(u64, Agreement)> {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
         self.inspector.enter(Label::of(call, seq));
-        if self.check {
-            let digest = call.digest(refused.is_some(), &self.settings.words());
-            consistency::agree(&self.transport, seq, digest, || {
-                let reason = refused.map(|e| e.to_string());
-                let mut text = call.describe(seq, reason.as_deref());
-                if refused.is_none() {
-                    text += &self.settings.describe();
-                }
-                (call.thread, text)
-            })?;
+        if !self.check {
+            return Ok((seq, Agreement::Same));
         }
-        Ok(seq)
+        let digest = call.digest(refused.is_some(), &self.settings.words());
+        let agreement = consistency::agree(&self.transport, seq, digest, || {
+            let reason = refused.map(|e| e.to_string());
+            let mut text = call.describe(seq, reason.as_deref());
+            if refused.is_none() {
+                text += &self.settings.describe();
+            }
+            Description {
+                thread: call.thread,
+                text,
+                role,
+            }
+        })?;
+        Ok((seq, agreement))
     }
 
     /// [`begin`](Self::begin) for a call that this rank refused with `error`: returns `error`

@@ -17,6 +17,7 @@ use super::allreduce::choose;
 use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
+use super::join::Replay;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -190,10 +191,25 @@ pub fn allreduce_group_on(
             Ok(schedule) => schedule,
             Err(error) => return comm.refuse(&call, error),
         };
-        comm.begin(&call, None)?;
+        let packs = compressed || (run.len() > 1 && wire_bytes / run.len() < group.pack_below);
+        // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
+        // wire only sums, and unpacking widens, divides and scales in one pass.
+        let wire_factors = if compressed { Factors::NONE } else { factors };
+        let pieces = if packs {
+            vec![wire_bytes]
+        } else {
+            wire_lengths[run.clone()].to_vec()
+        };
+        let replay = Replay::of(schedule.name(), wire, op, wire_factors, pieces);
+        comm.begin(
+            &Call {
+                replay: replay.as_ref(),
+                ..call
+            },
+            None,
+        )?;
         let started = Instant::now();
         let transport = comm.transport();
-        let packs = compressed || (run.len() > 1 && wire_bytes / run.len() < group.pack_below);
         if !packs {
             let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a).collect());
             schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)?;
@@ -212,9 +228,6 @@ pub fn allreduce_group_on(
         }
         let mut copying = packing.elapsed();
         let mut packed = Parts::one(fusion);
-        // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
-        // wire only sums, and unpacking widens, divides and scales in one pass.
-        let wire_factors = if compressed { Factors::NONE } else { factors };
         schedules::allreduce(
             transport,
             schedule,

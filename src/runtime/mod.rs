@@ -19,6 +19,7 @@ pub mod call;
 pub mod communicator;
 pub mod consistency;
 pub mod grouped_allreduce;
+pub mod join;
 pub mod mpi_library;
 pub mod process;
 pub mod reduce_scatter;
@@ -96,10 +97,10 @@ fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
         Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
         Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
         Kind::Alltoall => schedules::ALLTOALL.iter().map(|&a| a as _).collect(),
-        Kind::Barrier => {
-            return Err(CoreError::InvalidArgument(
-                "barrier has no algorithms to choose from".into(),
-            ))
+        Kind::Barrier | Kind::Join => {
+            return Err(CoreError::InvalidArgument(format!(
+                "{collective} has no algorithms to choose from"
+            )))
         }
     })
 }
