@@ -169,8 +169,10 @@ def test_barrier_and_join(size):
 def test_init_rejects_what_it_does_not_support():
     with pytest.raises(ValueError, match="mpi4py communicator"):
         hvd.init(comm=[0, 1])
-    with pytest.raises(ValueError, match="process sets"):
+    with pytest.raises(ValueError, match=r"process_set must be an hvd\.ProcessSet"):
         hvd.allreduce(np.ones(2), process_set=type("PS", (), {"process_set_id": 3})())
+    with pytest.raises(ValueError, match="has not been added"):
+        hvd.allreduce(np.ones(2), process_set=hvd.ProcessSet([0]))
 
 
 def test_compressors_cast_numpy_arrays_too():

@@ -18,9 +18,11 @@ from ._common import (
     HorovodInternalError,
     Max,
     Min,
+    ProcessSet,
     Product,
     ReduceOp,
     Sum,
+    global_process_set,
 )
 
 _api = Horovod()
@@ -86,6 +88,7 @@ __all__ = [
     "HorovodInternalError",
     "Max",
     "Min",
+    "ProcessSet",
     "Product",
     "ReduceOp",
     "Sum",
@@ -111,6 +114,7 @@ __all__ = [
     "cross_size",
     "cuda_built",
     "ddl_built",
+    "global_process_set",
     "gloo_built",
     "gloo_enabled",
     "grouped_allgather",

@@ -7,7 +7,6 @@ few differences (process sets, join, Adasum).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import Any
@@ -112,12 +111,117 @@ def _op_name(average: bool | None, op: Any, default: ReduceOp = Average) -> str:
         raise ValueError(f"unknown op {op!r}; accepted: Average, Sum, Min, Max, Product") from None
 
 
-def _check_process_set(process_set: Any) -> None:
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise ValueError(
-            "process sets other than the global one are not supported; call "
-            "init(comm=...) with an mpi4py communicator (e.g. from Split) instead"
-        )
+class ProcessSet:
+    """Horovod's process set: ranks (or an mpi4py communicator, at ``init``) that run
+    collectives together. Pass it to ``init(process_sets=[...])`` or ``add_process_set``; once
+    added, ``process_set_id`` is set, and collectives take it as ``process_set=``."""
+
+    process_set_id: int | None = None
+    ranks: list[int] | None = None
+    mpi_comm: Any = None
+
+    def __init__(self, ranks_or_comm: Any) -> None:
+        if isinstance(ranks_or_comm, Iterable):
+            ranks = sorted(ranks_or_comm)
+            if any(not isinstance(r, int) for r in ranks):
+                raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                                 "or an mpi4py Comm object")
+            self.ranks = ranks
+        else:
+            from mpi4py import MPI
+
+            if not isinstance(ranks_or_comm, MPI.Comm):
+                raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                                 "or an mpi4py Comm object")
+            self.mpi_comm = ranks_or_comm
+        self._set: ringlet.ProcessSet | None = None
+
+    def _invalidate(self) -> None:
+        self.process_set_id, self._set = None, None
+
+    def size(self) -> int | None:
+        """Its size, or None before it is added."""
+        return None if self.process_set_id is None or self.ranks is None else len(self.ranks)
+
+    def rank(self) -> int | None:
+        """This process's rank within it (None before it is added); ValueError if this
+        process is not a member, as Horovod."""
+        if self.process_set_id is None or self.ranks is None:
+            return None
+        if ringlet.rank() not in self.ranks:
+            raise ValueError("Process is not part of provided process set.")
+        return self.ranks.index(ringlet.rank())
+
+    def included(self) -> bool | None:
+        """Whether this process is a member (None before its ranks are known)."""
+        return None if self.ranks is None else ringlet.rank() in self.ranks
+
+    def __str__(self) -> str:
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of ringlet's communicator (known once ringlet is initialized)."""
+
+    process_set_id = 0
+
+    @property  # type: ignore[override]
+    def ranks(self) -> list[int]:
+        return list(range(ringlet.size()))
+
+    @ranks.setter
+    def ranks(self, value: Any) -> None:
+        pass  # always every rank
+
+    def _invalidate(self) -> None:
+        pass  # it stays
+
+
+global_process_set = _GlobalProcessSet([])
+
+_added: dict[int, ProcessSet] = {}
+"""The process sets added since ``init``, by id."""
+
+
+def _ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
+    """The ringlet process set a Horovod ``process_set=`` argument names (None: all ranks)."""
+    if process_set is None or process_set is global_process_set:
+        return None
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f"process_set must be an hvd.ProcessSet, got {process_set!r}")
+    if process_set.process_set_id == 0:
+        return None
+    if process_set._set is None:
+        raise ValueError(f"{process_set} has not been added (init(process_sets=...) or "
+                         "add_process_set), or has been removed")
+    return process_set._set
+
+
+def _set_size(process_set: Any) -> int:
+    chosen = _ringlet_set(process_set)
+    return ringlet.size() if chosen is None else chosen.size
+
+
+def _add(process_set: ProcessSet, ranks: Sequence[int]) -> ProcessSet:
+    """Add ``ranks`` as ``process_set`` (collective over all ranks)."""
+    added = ringlet.add_process_set(ranks)
+    process_set.ranks, process_set._set = list(added.ranks), added
+    process_set.process_set_id = added.id
+    _added[added.id] = process_set
+    return process_set
+
+
+def _comm_ranks(comms: list[Any]) -> list[list[int]]:
+    """The ranks (of ringlet's communicator) in each mpi4py communicator of ``comms``; a rank
+    outside one holds MPI.COMM_NULL for it. Collective."""
+    from mpi4py import MPI
+
+    member = [comm != MPI.COMM_NULL for comm in comms]
+    everyone = ringlet.allgather_object(member)
+    return [[r for r, flags in enumerate(everyone) if flags[i]] for i in range(len(comms))]
 
 
 class Backend:
@@ -230,15 +334,34 @@ class Horovod:
     # ---- process ------------------------------------------------------------------------
     @staticmethod
     def init(comm: Any = None, process_sets: Any = None) -> None:
-        """Initialize (MPI too, unless mpi4py did); ``comm`` is an mpi4py communicator."""
-        if process_sets is not None:
-            raise ValueError("process sets are not supported; pass init(comm=...) instead")
+        """Initialize (MPI too, unless mpi4py did); ``comm`` is an mpi4py communicator (or a
+        list of ranks of MPI_COMM_WORLD); ``process_sets`` a list of ``ProcessSet`` to add
+        (collective), or "dynamic" (sets may always be added later here)."""
         if isinstance(comm, (list, tuple)):
             raise ValueError(
                 "init(comm=[ranks]) is not supported; pass an mpi4py communicator "
-                "(e.g. MPI.COMM_WORLD.Split(...))"
+                "(e.g. MPI.COMM_WORLD.Split(...)), or add a process set of those ranks"
             )
+        first_init = not ringlet.is_initialized()
         ringlet.init(comm)
+        if first_init:
+            for stale in _added.values():
+                stale._invalidate()
+            _added.clear()
+        if process_sets is None or process_sets == "dynamic":
+            return
+        sets = list(process_sets)
+        comms = [ps for ps in sets if ps.ranks is None and ps.mpi_comm is not None]
+        for ps, ranks in zip(comms, _comm_ranks([ps.mpi_comm for ps in comms])):
+            ps.ranks = ranks
+        seen = {tuple(global_process_set.ranks)}
+        for ps in sets:
+            key = tuple(ps.ranks or ())
+            if key in seen:
+                ps._invalidate()  # a copy of one already added, as Horovod treats it
+                continue
+            seen.add(key)
+            _add(ps, ps.ranks or [])
 
     shutdown = staticmethod(ringlet.shutdown)
     is_initialized = staticmethod(ringlet.is_initialized)
@@ -309,40 +432,54 @@ class Horovod:
         return len({hosts.count(h) for h in hosts}) == 1
 
     @staticmethod
-    def barrier(process_set: Any = None) -> None:
-        _check_process_set(process_set)
-        ringlet.barrier()
+    def barrier(process_set: Any = global_process_set) -> None:
+        ringlet.barrier(_ringlet_set(process_set))
 
     @staticmethod
     def join(device: int = -1) -> int:
-        """Limited: a barrier that every rank must reach (Horovod lets joined ranks keep
-        serving other ranks' allreduces with zeros; ringlet does not). Returns the rank that
-        arrived last, by its wall clock."""
-        arrival = np.array([time.time()], dtype=np.float64)
-        latest = ringlet.allreduce(arrival, "max")
-        candidates = np.array([ringlet.rank() if arrival[0] == latest[0] else -1], dtype=np.int64)
-        return int(ringlet.allreduce(candidates, "max")[0])
+        """Until every rank has joined, add zeros to the others' allreduces (Sum and Average;
+        Average divides by all ranks); returns the rank that joined last."""
+        return ringlet.join()
 
-    # ---- what ringlet does not do: a clear error instead of an AttributeError -----------
+    # ---- process sets -------------------------------------------------------------------
     @staticmethod
-    def add_process_set(process_set: Any) -> Any:
-        raise NotImplementedError(
-            "process sets are not supported by ringlet; call init(comm=...) with an mpi4py "
-            "communicator (e.g. MPI.COMM_WORLD.Split(...)) instead")
+    def add_process_set(process_set: Any) -> ProcessSet:
+        """Add a process set (collective over all ranks, each passing the same ranks) and
+        return it; ValueError if one of the same ranks exists."""
+        if not isinstance(process_set, ProcessSet):
+            process_set = ProcessSet(process_set)
+        if process_set.ranks is None:
+            raise NotImplementedError(
+                "Dynamically adding process sets defined by an MPI communicator is not "
+                "implemented. Please build the process set via a list of ranks.")
+        existing = [global_process_set.ranks, *(ps.ranks for ps in _added.values())]
+        if process_set.ranks in existing:
+            raise ValueError(f"Attempted to add a duplicate process set: {process_set}")
+        return _add(process_set, process_set.ranks)
 
-    remove_process_set = add_process_set
+    @staticmethod
+    def remove_process_set(process_set: ProcessSet) -> bool:
+        """Remove an added process set (call it on every rank); False for the global set or
+        one that is not added."""
+        set_id = process_set.process_set_id
+        if set_id in (None, 0) or _added.get(set_id) is not process_set:
+            return False
+        removed = process_set._set
+        process_set._invalidate()
+        del _added[set_id]
+        return removed is not None and ringlet.remove_process_set(removed)
 
     def alltoall(self, tensor: Any, splits: Any = None, name: Any = None,
                  process_set: Any = None) -> Any:
         """Send ``splits[q]`` rows of ``tensor`` to rank q (equal parts without ``splits``);
         returns the rows received, in rank order, and, when ``splits`` is given, the rows
         received from each rank (int32), as Horovod does."""
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
         counts = None if splits is None else [int(s) for s in np.asarray(
             backend.array(splits) if not isinstance(splits, (list, tuple)) else splits
         ).reshape(-1)]
-        received, rows = ringlet.alltoall(backend.array(tensor), counts)
+        received, rows = ringlet.alltoall(backend.array(tensor), counts, process_set=chosen)
         output = backend.tensor(received, tensor)
         if splits is None:
             return output
@@ -352,9 +489,10 @@ class Horovod:
                        process_set: Any = None) -> Any:
         """``alltoall`` behind a handle (run at the call); ``synchronize`` returns the output
         and the received splits, as Horovod's does."""
+        ranks = _set_size(process_set)
         result = self.alltoall(tensor, splits if splits is not None else
-                               [backend_for(tensor).array(tensor).shape[0] // ringlet.size()]
-                               * ringlet.size(), name, process_set)
+                               [backend_for(tensor).array(tensor).shape[0] // ranks] * ranks,
+                               name, process_set)
         return _done(result)
 
     @staticmethod
@@ -371,7 +509,7 @@ class Horovod:
     def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
                        compression: Any, prescale: float, postscale: float,
                        process_set: Any) -> _HandleSet:
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         op_name = _op_name(average, op)
         backend = backend_for(tensors[0]) if tensors else _NUMPY
         arrays = [backend.array(t) for t in tensors]
@@ -388,16 +526,17 @@ class Horovod:
         if compression is not None and compression not in _BUILT_IN_COMPRESSORS:
             # A user's Compressor: run its compress/decompress around the reduction.
             return self._custom_compressed(backend, tensors, work, in_place, op_name,
-                                           compression, prescale, postscale)
+                                           compression, prescale, postscale, chosen)
         floats = [w for w, integer in zip(work, integers) if not integer]
         whole = [w for w, integer in zip(work, integers) if integer]
         parts = [ringlet.allreduce_group_async(
-            floats, op_name, compression=compression, prescale=prescale, postscale=postscale)]
+            floats, op_name, compression=compression, prescale=prescale, postscale=postscale,
+            process_set=chosen)]
         if whole:
             parts.append(ringlet.allreduce_group_async(
-                whole, "sum" if op_name == "avg" else op_name))
+                whole, "sum" if op_name == "avg" else op_name, process_set=chosen))
         handle = ringlet.Handle(parts, lambda: None)
-        post = float(postscale) / (ringlet.size() if op_name == "avg" else 1)
+        post = float(postscale) / (_set_size(process_set) if op_name == "avg" else 1)
 
         def finish() -> Any:
             for w, integer in zip(work, integers):
@@ -413,11 +552,11 @@ class Horovod:
 
     @staticmethod
     def _custom_compressed(backend, tensors, work, in_place, op_name, compression, prescale,
-                           postscale) -> _HandleSet:
+                           postscale, chosen) -> _HandleSet:
         compressed = [compression.compress(backend.tensor(w, t)) for w, t in zip(work, tensors)]
         wire = [np.array(backend.array(c), order="C", copy=True) for c, _ in compressed]
         handle = ringlet.allreduce_group_async(wire, op_name, prescale=prescale,
-                                               postscale=postscale)
+                                               postscale=postscale, process_set=chosen)
 
         def finish() -> Any:
             out = [compression.decompress(backend.tensor(w, c), ctx)
@@ -510,9 +649,10 @@ class Horovod:
     def allgather(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
         """Concatenate every rank's ``tensor`` along the first dimension (which may differ
         between ranks; the other dimensions and the dtype must not)."""
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
-        return backend.tensor(ringlet.allgather(backend.array(tensor)), tensor)
+        return backend.tensor(ringlet.allgather(backend.array(tensor), process_set=chosen),
+                              tensor)
 
     def allgather_async(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
         """``allgather`` behind a handle. It runs at the call, in order with the queued
@@ -530,23 +670,32 @@ class Horovod:
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
-        _check_process_set(process_set)
-        return ringlet.allgather_object(obj)
+        return ringlet.allgather_object(obj, process_set=_ringlet_set(process_set))
 
     def reducescatter(self, tensor: Any, name: Any = None, op: Any = Average,
                       process_set: Any = None, prescale_factor: float = 1.0,
                       postscale_factor: float = 1.0) -> Any:
         """Reduce ``tensor`` over all ranks and return this rank's slice of the first dimension
         (the first ``dim0 % size`` ranks get one row more)."""
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         op_name = _op_name(None, op)
         if op_name not in ("sum", "avg"):
             raise ValueError("reducescatter supports Sum and Average")
         backend = backend_for(tensor)
-        work = np.array(backend.array(tensor), order="C", copy=True)
+        array = backend.array(tensor)
+        integers = array.dtype.kind in "iu"
+        if integers and (prescale_factor != 1.0 or postscale_factor != 1.0):
+            # As Horovod: integers scaled in float64 and truncated, before and after the sum
+            # (avg's division folded into the postscale).
+            work = _prescaled_integers(array, prescale_factor)
+            mine = ringlet.reduce_scatter(work, "sum", process_set=chosen)
+            post = float(postscale_factor) / (_set_size(process_set) if op_name == "avg" else 1)
+            mine = np.trunc(mine.astype(np.float64) * post).astype(array.dtype)
+            return backend.tensor(mine, tensor)
+        work = np.array(array, order="C", copy=True)
         if prescale_factor != 1.0:
             work *= prescale_factor
-        mine = ringlet.reduce_scatter(work, op_name)
+        mine = ringlet.reduce_scatter(work, op_name, process_set=chosen)
         if postscale_factor != 1.0:
             mine *= postscale_factor
         return backend.tensor(mine, tensor)
@@ -575,11 +724,11 @@ class Horovod:
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
                          process_set: Any = None) -> _HandleSet:
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
         array = backend.array(tensor)
         work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
-        handle = ringlet.broadcast_async(work, root_rank, out=work)
+        handle = ringlet.broadcast_async(work, root_rank, out=work, process_set=chosen)
 
         def finish() -> Any:
             backend.assign(tensor, work)
@@ -589,9 +738,9 @@ class Horovod:
 
     def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
                         process_set: Any = None) -> _HandleSet:
-        _check_process_set(process_set)
+        chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
-        handle = ringlet.broadcast_async(backend.array(tensor), root_rank)
+        handle = ringlet.broadcast_async(backend.array(tensor), root_rank, process_set=chosen)
         return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
 
     def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
@@ -608,8 +757,7 @@ class Horovod:
     def broadcast_object(obj: Any, root_rank: int = 0, name: Any = None,
                          process_set: Any = None) -> Any:
         """``root_rank``'s picklable ``obj`` on every rank."""
-        _check_process_set(process_set)
-        return ringlet.broadcast_object(obj, root_rank)
+        return ringlet.broadcast_object(obj, root_rank, process_set=_ringlet_set(process_set))
 
     def broadcast_parameters(self, params: Any, root_rank: int) -> None:
         """Broadcast a ``state_dict()`` (dict) or ``named_parameters()`` (pairs) in place."""

@@ -40,10 +40,12 @@ from ._common import (
     Product,
     Sum,
     _op_name,
+    _ringlet_set,
+    _set_size,
+    global_process_set,
     register_backend,
 )
 from ._common import Horovod as _Horovod
-from ._common import _check_process_set as hvd_check_process_set
 from .timeline import Timeline
 
 
@@ -103,51 +105,117 @@ class _Allreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, op: Any, prescale: float, postscale: float,
-                compression: Any) -> torch.Tensor:
-        ctx.reduction = (op, prescale, postscale)
+                compression: Any, process_set: Any) -> torch.Tensor:
+        ctx.reduction = (op, prescale, postscale, process_set)
         return _api.allreduce(tensor, op=op, prescale_factor=prescale,
-                              postscale_factor=postscale, compression=compression)
+                              postscale_factor=postscale, compression=compression,
+                              process_set=process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        op, prescale, postscale = ctx.reduction
+        op, prescale, postscale, process_set = ctx.reduction
         return (_api.allreduce(grad.contiguous(), op=op, prescale_factor=prescale,
-                               postscale_factor=postscale), None, None, None, None)
+                               postscale_factor=postscale, process_set=process_set),
+                None, None, None, None, None)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, reduction: tuple[Any, float, float, Any],
+    def forward(ctx: Any, reduction: tuple[Any, float, float, Any, Any],
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        op, prescale, postscale, compression = reduction
-        ctx.reduction = (op, prescale, postscale)
+        op, prescale, postscale, compression, process_set = reduction
+        ctx.reduction = (op, prescale, postscale, process_set)
         return tuple(_api.grouped_allreduce(list(tensors), op=op, prescale_factor=prescale,
                                             postscale_factor=postscale,
-                                            compression=compression))
+                                            compression=compression, process_set=process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
-        op, prescale, postscale = ctx.reduction
+        op, prescale, postscale, process_set = ctx.reduction
         reduced = _api.grouped_allreduce([g.contiguous() for g in grads], op=op,
-                                         prescale_factor=prescale, postscale_factor=postscale)
+                                         prescale_factor=prescale, postscale_factor=postscale,
+                                         process_set=process_set)
         return (None, *reduced)
 
 
+def _own_rows(grads: list[torch.Tensor], rows: list[int], process_set: Any) -> list[Any]:
+    """Each gradient averaged over the ranks, narrowed to this rank's rows of it (the allgather
+    backward rule: Horovod 0.28's; it summed before 0.20)."""
+    reduced = _api.grouped_allreduce([g.contiguous() for g in grads], op=Average,
+                                     process_set=process_set)
+    everyone = _api.allgather_object(rows, process_set=process_set)
+    me = _set_rank(process_set)
+    return [r.narrow(0, sum(other[i] for other in everyone[:me]), n)
+            for i, (r, n) in enumerate(zip(reduced, rows))]
+
+
+def _set_rank(process_set: Any) -> int:
+    chosen = _ringlet_set(process_set)
+    return ringlet.rank() if chosen is None else int(chosen.rank or 0)
+
+
 class _Allgather(torch.autograd.Function):
-    """The gradient of an allgather is this rank's rows of the gradient averaged over ranks
-    (Horovod 0.28's rule; it summed before 0.20)."""
+    """The gradient of an allgather is this rank's rows of the gradient averaged over ranks."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
-        ctx.rows = tensor.shape[0]
-        return _api.allgather(tensor)
+    def forward(ctx: Any, tensor: torch.Tensor, process_set: Any) -> torch.Tensor:
+        ctx.rows, ctx.process_set = tensor.shape[0], process_set
+        return _api.allgather(tensor, process_set=process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        reduced = _api.allreduce(grad.contiguous(), op=Average)
-        rows = ringlet.allgather_object(ctx.rows)
-        start = sum(rows[:ringlet.rank()])
-        return reduced.narrow(0, start, ctx.rows)
+        return _own_rows([grad], [ctx.rows], ctx.process_set)[0], None
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    """``_Allgather``'s rule for each tensor."""
+
+    @staticmethod
+    def forward(ctx: Any, process_set: Any, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.rows, ctx.process_set = [t.shape[0] for t in tensors], process_set
+        return tuple(_api.grouped_allgather(list(tensors), process_set=process_set))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        return (None, *_own_rows(list(grads), ctx.rows, ctx.process_set))
+
+
+def _scattered_grads(grads: list[torch.Tensor], reduction: tuple[Any, float, float, Any]
+                     ) -> list[Any]:
+    """The reducescatter backward rule, Horovod's: every rank's gradient gathered, times the
+    set's size for Sum, times both factors."""
+    op, prescale, postscale, process_set = reduction
+    factor = (_set_size(process_set) if op == Sum else 1) * prescale * postscale
+    scaled = [g.contiguous() * factor if factor != 1 else g.contiguous() for g in grads]
+    return _api.grouped_allgather(scaled, process_set=process_set)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, op: Any, prescale: float, postscale: float,
+                process_set: Any) -> torch.Tensor:
+        ctx.reduction = (op, prescale, postscale, process_set)
+        return _api.reducescatter(tensor, op=op, process_set=process_set,
+                                  prescale_factor=prescale, postscale_factor=postscale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return _scattered_grads([grad], ctx.reduction)[0], None, None, None, None
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, reduction: tuple[Any, float, float, Any],
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        op, prescale, postscale, process_set = reduction
+        ctx.reduction = reduction
+        return tuple(_api.grouped_reducescatter(
+            list(tensors), op=op, process_set=process_set, prescale_factor=prescale,
+            postscale_factor=postscale))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        return (None, *_scattered_grads(list(grads), ctx.reduction))
 
 
 class _Alltoall(torch.autograd.Function):
@@ -155,16 +223,17 @@ class _Alltoall(torch.autograd.Function):
     it came from (Horovod's rule)."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, splits: Any) -> Any:
-        output, received = _api.alltoall(tensor, splits)
-        ctx.received = received
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, process_set: Any) -> Any:
+        output, received = _api.alltoall(tensor, splits, process_set=process_set)
+        ctx.received, ctx.process_set = received, process_set
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, _received_grad: Any) -> Any:
-        sent_back, _ = _api.alltoall(grad.contiguous(), ctx.received)
-        return sent_back, None
+        sent_back, _ = _api.alltoall(grad.contiguous(), ctx.received,
+                                     process_set=ctx.process_set)
+        return sent_back, None, None
 
 
 class _Broadcast(torch.autograd.Function):
@@ -172,74 +241,115 @@ class _Broadcast(torch.autograd.Function):
     there, zeros elsewhere (Horovod's rule)."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int) -> torch.Tensor:
-        ctx.root_rank = root_rank
-        return _api.broadcast(tensor, root_rank)
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, process_set: Any) -> torch.Tensor:
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return _api.broadcast(tensor, root_rank, process_set=process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        reduced = _api.allreduce(grad.contiguous(), op=Average)
+        reduced = _api.allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
         if ringlet.rank() != ctx.root_rank:
             reduced = torch.zeros_like(reduced)
-        return reduced, None
+        return reduced, None, None
+
+
+def _tensors_need_grad(tensors: list[Any]) -> bool:
+    return all(isinstance(t, torch.Tensor) for t in tensors) and _differentiable(tensors)
 
 
 def allreduce(tensor: Any, average: Any = None, name: Any = None,
               compression: Any = Compression.none, op: Any = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: Any = None) -> Any:
+              process_set: Any = global_process_set) -> Any:
     """Horovod's ``allreduce``: a new tensor, differentiable when ``tensor`` requires grad."""
     op = _OPS[_op_name(average, op)]
-    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+    if not _tensors_need_grad([tensor]):
         return _api.allreduce(tensor, op=op, compression=compression, process_set=process_set,
                               prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor)
-    hvd_check_process_set(process_set)
-    return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, compression)
+    _ringlet_set(process_set)
+    return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, compression,
+                            process_set)
 
 
 def grouped_allreduce(tensors: Any, average: Any = None, name: Any = None,
                       compression: Any = Compression.none, op: Any = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      process_set: Any = None) -> list[Any]:
+                      process_set: Any = global_process_set) -> list[Any]:
     """Horovod's ``grouped_allreduce``: new tensors, differentiable like ``allreduce``."""
     op = _OPS[_op_name(average, op)]
     tensors = list(tensors)
-    if not all(isinstance(t, torch.Tensor) for t in tensors) or not _differentiable(tensors):
+    if not _tensors_need_grad(tensors):
         return _api.grouped_allreduce(tensors, op=op, compression=compression,
                                       process_set=process_set, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor)
-    hvd_check_process_set(process_set)
-    reduction = (op, prescale_factor, postscale_factor, compression)
+    _ringlet_set(process_set)
+    reduction = (op, prescale_factor, postscale_factor, compression, process_set)
     return list(_GroupedAllreduce.apply(reduction, *tensors))
 
 
-def allgather(tensor: Any, name: Any = None, process_set: Any = None) -> Any:
+def allgather(tensor: Any, name: Any = None, process_set: Any = global_process_set) -> Any:
     """Horovod's ``allgather``: differentiable when ``tensor`` requires grad."""
-    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+    if not _tensors_need_grad([tensor]):
         return _api.allgather(tensor, name, process_set)
-    hvd_check_process_set(process_set)
-    return _Allgather.apply(tensor)
+    _ringlet_set(process_set)
+    return _Allgather.apply(tensor, process_set)
 
 
-def alltoall(tensor: Any, splits: Any = None, name: Any = None, process_set: Any = None) -> Any:
+def grouped_allgather(tensors: Any, name: Any = None,
+                      process_set: Any = global_process_set) -> list[Any]:
+    """Horovod's ``grouped_allgather``: differentiable like ``allgather``."""
+    tensors = list(tensors)
+    if not _tensors_need_grad(tensors):
+        return _api.grouped_allgather(tensors, name, process_set)
+    _ringlet_set(process_set)
+    return list(_GroupedAllgather.apply(process_set, *tensors))
+
+
+def reducescatter(tensor: Any, name: Any = None, compression: Any = Compression.none,
+                  op: Any = Average, process_set: Any = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Any:
+    """Horovod's ``reducescatter``: differentiable when ``tensor`` requires grad."""
+    if not _tensors_need_grad([tensor]):
+        return _api.reducescatter(tensor, name, op, process_set, prescale_factor,
+                                  postscale_factor)
+    _ringlet_set(process_set)
+    return _Reducescatter.apply(tensor, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_reducescatter(tensors: Any, name: Any = None, compression: Any = Compression.none,
+                          op: Any = Average, process_set: Any = global_process_set,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list[Any]:
+    """Horovod's ``grouped_reducescatter``: differentiable like ``reducescatter``."""
+    tensors = list(tensors)
+    if not _tensors_need_grad(tensors):
+        return _api.grouped_reducescatter(tensors, name, op, process_set, prescale_factor,
+                                          postscale_factor)
+    _ringlet_set(process_set)
+    reduction = (op, prescale_factor, postscale_factor, process_set)
+    return list(_GroupedReducescatter.apply(reduction, *tensors))
+
+
+def alltoall(tensor: Any, splits: Any = None, name: Any = None,
+             process_set: Any = global_process_set) -> Any:
     """Horovod's ``alltoall``: differentiable when ``tensor`` requires grad; returns the output,
     and with ``splits`` also the received splits."""
-    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+    if not _tensors_need_grad([tensor]):
         return _api.alltoall(tensor, splits, name, process_set)
-    hvd_check_process_set(process_set)
+    ranks = _set_size(process_set)
     if splits is None:
-        splits = [tensor.shape[0] // ringlet.size()] * ringlet.size()
-        return _Alltoall.apply(tensor, splits)[0]
-    return _Alltoall.apply(tensor, splits)
+        return _Alltoall.apply(tensor, [tensor.shape[0] // ranks] * ranks, process_set)[0]
+    return _Alltoall.apply(tensor, splits, process_set)
 
 
-def broadcast(tensor: Any, root_rank: int, name: Any = None, process_set: Any = None) -> Any:
+def broadcast(tensor: Any, root_rank: int, name: Any = None,
+              process_set: Any = global_process_set) -> Any:
     """Horovod's ``broadcast``: a new tensor, differentiable when ``tensor`` requires grad."""
-    if not isinstance(tensor, torch.Tensor) or not _differentiable([tensor]):
+    if not _tensors_need_grad([tensor]):
         return _api.broadcast(tensor, root_rank, name, process_set)
-    hvd_check_process_set(process_set)
-    return _Broadcast.apply(tensor, root_rank)
+    _ringlet_set(process_set)
+    return _Broadcast.apply(tensor, root_rank, process_set)
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -322,7 +432,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Any, named_parameters: Any, compression: Any,
                  backward_passes_per_step: int, op: Any, gradient_predivide_factor: float,
-                 groups: Any, sparse_as_dense: bool) -> None:
+                 groups: Any, sparse_as_dense: bool, process_set: Any) -> None:
         super(self.__class__, self).__init__(params)
         self._compression = compression
         self._op = _op_name(None, op)
@@ -330,10 +440,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._postscale = gradient_predivide_factor
         self._passes = backward_passes_per_step
         self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
-        self._buckets = _buckets(params, groups)
+        self._buckets = _buckets(params, groups, _ringlet_set(process_set))
         self._bucket_of = {id(p): i for i, bucket in enumerate(self._buckets) for p in bucket}
         self._countdown = {id(p): self._passes for p in params}
         self._ready: list[set[int]] = [set() for _ in self._buckets]
@@ -371,6 +482,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles[bucket] = _api.grouped_allreduce_async_(
             grads, op=_OPS[self._op], prescale_factor=self._prescale,
             postscale_factor=self._postscale, compression=self._compression,
+            process_set=self._process_set,
         )
         if self.timeline is not None:
             nbytes = sum(g.numel() * g.element_size() for g in grads)
@@ -466,7 +578,8 @@ def _parameter_names(param_groups: list[dict[str, Any]],
     return {p: name for name, p in named}
 
 
-def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]]:
+def _buckets(params: list[torch.Tensor], groups: Any,
+             process_set: ringlet.ProcessSet | None) -> list[list[torch.Tensor]]:
     """Which gradients travel together: Horovod's ``groups`` (a count, or lists of
     parameters), else consecutive buckets in reverse order (the order backward() produces
     gradients), sized by ``ringlet.plan_buckets`` (the cost model, or RINGLET_FUSION_THRESHOLD).
@@ -481,7 +594,8 @@ def _buckets(params: list[torch.Tensor], groups: Any) -> list[list[torch.Tensor]
         return [g for g in wanted if g] + [[p] for p in rest]
     ready_order = list(reversed(params))
     plan = ringlet.plan_buckets([p.numel() * p.element_size() for p in ready_order],
-                                compute_threads=torch.get_num_threads())
+                                compute_threads=torch.get_num_threads(),
+                                process_set=process_set)
     return [[ready_order[i] for i in bucket] for bucket in plan.buckets]
 
 
@@ -495,9 +609,10 @@ def DistributedOptimizer(
     num_groups: int = 0,
     groups: Any = None,
     sparse_as_dense: bool = False,
-    process_set: Any = None,
+    process_set: Any = global_process_set,
 ) -> torch.optim.Optimizer:
-    """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks.
+    """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks (or over
+    ``process_set``'s, on its members).
 
     Gradients are allreduced (fused, in ringlet's background thread) as soon as backward()
     produces them; ``step()`` waits for them first. Arguments as in Horovod.
@@ -508,14 +623,13 @@ def DistributedOptimizer(
         raise ValueError("backward_passes_per_step must be >= 1")
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by ringlet; use Average or Sum")
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise ValueError("process sets are not supported; init(comm=...) instead")
     ringlet.init()
+    _ringlet_set(process_set)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, groups if groups is not None else num_groups,
-               sparse_as_dense)
+               sparse_as_dense, process_set)
 
 
 __all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state"]

@@ -1,0 +1,186 @@
+"""ringlet.hvd.torch's process sets, join, and the gradients and integer scaling of
+reducescatter, against references computed here from every rank's (reproducible) input.
+The sets are the even and the odd ranks, as in Horovod's own tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import ringlet.hvd.torch as hvd
+
+
+def input_of(rank: int, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(1000 * seed + rank)
+    return torch.randint(-50, 50, shape, generator=generator).double()
+
+
+@pytest.fixture
+def my_set() -> Iterator[tuple[hvd.ProcessSet, list[int]]]:
+    size, rank = hvd.size(), hvd.rank()
+    if size == 1:  # the only set is the global one, which exists already
+        with pytest.raises(ValueError, match="Attempted to add a duplicate process set"):
+            hvd.add_process_set([0])
+        yield hvd.global_process_set, [0]
+        return
+    even = hvd.add_process_set(list(range(0, size, 2)))
+    odd = hvd.add_process_set(list(range(1, size, 2)))
+    yield (even if rank % 2 == 0 else odd), list(range(rank % 2, size, 2))
+    assert hvd.remove_process_set(odd)
+    assert hvd.remove_process_set(even)
+    assert not hvd.remove_process_set(even)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == size  # all in step
+
+
+def test_process_sets_are_horovods(my_set: tuple[hvd.ProcessSet, list[int]]) -> None:
+    mine, ranks = my_set
+    assert mine.ranks == ranks and mine.size() == len(ranks)
+    assert mine.rank() == ranks.index(hvd.rank()) and mine.included()
+    assert mine.process_set_id not in (None, 0) or hvd.size() == 1
+    assert hvd.global_process_set.process_set_id == 0
+    assert hvd.global_process_set.ranks == list(range(hvd.size()))
+    with pytest.raises(ValueError, match="Attempted to add a duplicate process set"):
+        hvd.add_process_set(list(ranks_of_all_even()))
+    assert not hvd.remove_process_set(hvd.global_process_set)
+
+
+def ranks_of_all_even() -> list[int]:
+    return list(range(0, hvd.size(), 2))
+
+
+def test_collectives_in_a_set_use_its_members_only(
+    my_set: tuple[hvd.ProcessSet, list[int]]
+) -> None:
+    mine, ranks = my_set
+    inputs = [input_of(r, (6, 3)) for r in ranks]
+    x = inputs[mine.rank()]
+    torch.testing.assert_close(hvd.allreduce(x, op=hvd.Sum, process_set=mine), sum(inputs))
+    torch.testing.assert_close(hvd.allreduce(x, process_set=mine), sum(inputs) / len(ranks))
+    grouped = hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum, process_set=mine)
+    torch.testing.assert_close(grouped[1], 2 * sum(inputs))
+    torch.testing.assert_close(hvd.allgather(x, process_set=mine), torch.cat(inputs))
+    root = ranks[-1]
+    torch.testing.assert_close(hvd.broadcast(x, root, process_set=mine), inputs[-1])
+    assert hvd.broadcast_object(hvd.rank(), root, process_set=mine) == root
+    assert hvd.allgather_object(hvd.rank(), process_set=mine) == ranks
+    rows = np.array_split(np.arange(6), len(ranks))[mine.rank()]
+    torch.testing.assert_close(hvd.reducescatter(x, op=hvd.Sum, process_set=mine),
+                               sum(inputs)[rows[0]:rows[-1] + 1] if len(rows) else x[:0])
+    sent = torch.arange(len(ranks) * 2).double() + 100 * hvd.rank()
+    received = hvd.alltoall(sent, process_set=mine)
+    expected = torch.cat([torch.arange(2).double() + 2 * mine.rank() + 100 * r for r in ranks])
+    torch.testing.assert_close(received, expected)
+    hvd.barrier(process_set=mine)
+
+
+def test_gradients_in_a_set(my_set: tuple[hvd.ProcessSet, list[int]]) -> None:
+    mine, ranks = my_set
+    x = input_of(hvd.rank(), (4, 2)).requires_grad_()
+    hvd.allreduce(x, op=hvd.Sum, process_set=mine).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4, 2), float(len(ranks)), dtype=torch.double))
+    x.grad = None
+    gathered = hvd.allgather(x, process_set=mine)
+    (gathered * torch.arange(gathered.shape[0]).double()[:, None]).sum().backward()
+    me = mine.rank()
+    torch.testing.assert_close(
+        x.grad, torch.arange(4 * me, 4 * me + 4).double()[:, None].expand(4, 2))
+
+
+def test_distributed_optimizer_in_a_set_averages_over_its_members(
+    my_set: tuple[hvd.ProcessSet, list[int]]
+) -> None:
+    mine, ranks = my_set
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                         named_parameters=model.named_parameters(),
+                                         process_set=mine)
+    start = [p.detach().clone() for p in model.parameters()]
+    model(input_of(hvd.rank(), (5, 3)).float()).sum().backward()
+    optimizer.step()
+    # The gradient of sum(W x + b) is (sum of x rows, repeated) and the row count.
+    mean_x = sum(input_of(r, (5, 3)).float().sum(0) for r in ranks) / len(ranks)
+    weight, bias = model.parameters()
+    torch.testing.assert_close(weight, start[0] - mean_x.expand(2, 3))
+    torch.testing.assert_close(bias, start[1] - 5.0)
+
+
+@pytest.mark.parametrize("op", ["sum", "average"])
+def test_join_adds_zeros_to_the_others_allreduces(op: str) -> None:
+    size, rank = hvd.size(), hvd.rank()
+    hvd_op = hvd.Sum if op == "sum" else hvd.Average
+    for first in range(size):
+        if rank == first:
+            last = hvd.join()
+        else:
+            a = hvd.allreduce_async(input_of(rank, (5,)), op=hvd_op)
+            b = hvd.allreduce(input_of(rank, (17, 2), seed=1), op=hvd_op)
+            others = [r for r in range(size) if r != first]
+            expected_a = sum(input_of(r, (5,)) for r in others)
+            expected_b = sum(input_of(r, (17, 2), seed=1) for r in others)
+            if op == "average":
+                expected_a, expected_b = expected_a / size, expected_b / size
+            torch.testing.assert_close(hvd.synchronize(a), expected_a)
+            torch.testing.assert_close(b, expected_b)
+            last = hvd.join()
+        assert hvd.allgather_object(last) == [last] * size
+        assert size == 1 or last != first
+
+
+def test_a_gather_while_a_rank_has_joined_raises_a_runtime_error_on_the_others() -> None:
+    size, rank = hvd.size(), hvd.rank()
+    if rank == 0:
+        hvd.join()
+    else:
+        with pytest.raises(RuntimeError, match="rank 0 has joined"):
+            hvd.allgather(torch.ones(3))
+        hvd.join()
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == size
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_reducescatter_scales_integers_in_float64(dtype: torch.dtype) -> None:
+    size, rank = hvd.size(), hvd.rank()
+    inputs = [input_of(r, (2 * size, 3)).to(dtype) for r in range(size)]
+    rows = np.array_split(np.arange(2 * size), size)[rank]
+    mine = slice(rows[0], rows[-1] + 1)
+    for op in (hvd.Sum, hvd.Average):
+        out = hvd.reducescatter(inputs[rank], op=op, prescale_factor=1.5, postscale_factor=0.5)
+        scaled = sum(torch.trunc(i.double() * 1.5) for i in inputs)
+        post = 0.5 / (size if op == hvd.Average else 1)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, torch.trunc(scaled * post).to(dtype)[mine])
+        grouped = hvd.grouped_reducescatter([inputs[rank]], op=op, prescale_factor=1.5,
+                                            postscale_factor=0.5)
+        torch.testing.assert_close(grouped[0], out)
+
+
+@pytest.mark.parametrize("op", ["sum", "average"])
+def test_reducescatter_gradients_follow_horovods_rule(op: str) -> None:
+    size = hvd.size()
+    hvd_op = hvd.Sum if op == "sum" else hvd.Average
+    x = torch.ones(2 * size, 3, dtype=torch.double, requires_grad=True)
+    out = hvd.reducescatter(x, op=hvd_op, prescale_factor=2.0)
+    out.backward(torch.ones_like(out))
+    factor = 2.0 * (size if op == "sum" else 1)
+    torch.testing.assert_close(x.grad, torch.full_like(x, factor))
+    y = torch.ones(size, 2, dtype=torch.double, requires_grad=True)
+    outs = hvd.grouped_reducescatter([x, y], op=hvd_op)
+    sum(o.sum() for o in outs).backward()
+    torch.testing.assert_close(y.grad, torch.full_like(y, size if op == "sum" else 1.0))
+
+
+def test_grouped_allgather_gradients() -> None:
+    size, rank = hvd.size(), hvd.rank()
+    a = torch.ones(rank + 1, 2, dtype=torch.double, requires_grad=True)
+    b = torch.ones(2, dtype=torch.double, requires_grad=True)
+    ga, gb = hvd.grouped_allgather([a, b])
+    assert ga.shape[0] == size * (size + 1) // 2 and gb.shape[0] == 2 * size
+    weights = torch.arange(ga.shape[0]).double()
+    ((ga * weights[:, None]).sum() + gb.sum()).backward()
+    start = rank * (rank + 1) // 2
+    torch.testing.assert_close(a.grad, weights[start:start + rank + 1, None].expand(rank + 1, 2))
+    torch.testing.assert_close(b.grad, torch.ones(2, dtype=torch.double))
