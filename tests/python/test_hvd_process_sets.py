@@ -184,3 +184,28 @@ def test_grouped_allgather_gradients() -> None:
     start = rank * (rank + 1) // 2
     torch.testing.assert_close(a.grad, weights[start:start + rank + 1, None].expand(rank + 1, 2))
     torch.testing.assert_close(b.grad, torch.ones(2, dtype=torch.double))
+
+
+
+def test_a_name_still_in_flight_is_refused_locally_before_anything_is_sent() -> None:
+    """Horovod's duplicate-name rule. Rank 0's first allreduce stays in flight while the
+    last rank sleeps, so its second of the same name must be refused; a name whose operation
+    has finished may be used again. (ringlet matches operations by their order, not their
+    names, so every rank submits the same ones.)"""
+    import time
+
+    size, rank = hvd.size(), hvd.rank()
+    x = torch.ones(5)
+    if rank == size - 1 and size > 1:
+        time.sleep(0.5)
+    first = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+    if rank == 0 and size > 1:
+        with pytest.raises(ValueError, match="same name as another tensor that is currently"):
+            hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+        with pytest.raises(ValueError, match="same name"):
+            hvd.allreduce_async_(x.clone(), name="dup", op=hvd.Sum)
+    torch.testing.assert_close(hvd.synchronize(first), torch.full((5,), float(size)))
+    again = hvd.allreduce_async(x, name="dup", op=hvd.Sum)  # finished: the name is free
+    other = hvd.broadcast_async(x, 0, name="dup")  # another collective, another namespace
+    torch.testing.assert_close(hvd.synchronize(again), torch.full((5,), float(size)))
+    torch.testing.assert_close(hvd.synchronize(other), x)

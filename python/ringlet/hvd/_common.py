@@ -303,6 +303,27 @@ class _HandleSet:
     done, wait = poll, synchronize
 
 
+_in_flight: dict[tuple[str, str], _HandleSet] = {}
+"""Named asynchronous operations that have not finished, by (collective, name)."""
+
+
+def _named(collective: str, name: Any, start: Callable[[], _HandleSet]) -> _HandleSet:
+    """``start()`` the operation, unless one of the same collective and ``name`` is still in
+    flight on this rank: then ValueError (Horovod's words) before anything is sent."""
+    if name is None:
+        return start()
+    key = (collective, str(name))
+    earlier = _in_flight.get(key)
+    if earlier is not None and not earlier.poll():
+        raise ValueError(
+            f"Requested to {collective} a tensor with the same name as another tensor that is "
+            "currently being processed.  If you want to request another tensor, use a "
+            "different tensor name.")
+    handle = start()
+    _in_flight[key] = handle
+    return handle
+
+
 def _done(result: Any) -> _HandleSet:
     """A handle for work that has already run."""
     handle = _HandleSet(None, lambda: result)
@@ -573,17 +594,23 @@ class Horovod:
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                         process_set: Any = None, compression: Any = None) -> _HandleSet:
         """Start an allreduce of ``tensor`` into a new tensor; ``synchronize`` returns it."""
-        handle = self._grouped_async([tensor], False, average, op, compression,
-                                     prescale_factor, postscale_factor, process_set)
-        return _HandleSet(handle, lambda: handle.synchronize()[0])
+        def start() -> _HandleSet:
+            handle = self._grouped_async([tensor], False, average, op, compression,
+                                         prescale_factor, postscale_factor, process_set)
+            return _HandleSet(handle, lambda: handle.synchronize()[0])
+
+        return _named("allreduce", name, start)
 
     def allreduce_async_(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                          process_set: Any = None, compression: Any = None) -> _HandleSet:
         """Start an in-place allreduce of ``tensor``; ``synchronize`` returns the tensor."""
-        handle = self._grouped_async([tensor], True, average, op, compression,
-                                     prescale_factor, postscale_factor, process_set)
-        return _HandleSet(handle, lambda: handle.synchronize()[0])
+        def start() -> _HandleSet:
+            handle = self._grouped_async([tensor], True, average, op, compression,
+                                         prescale_factor, postscale_factor, process_set)
+            return _HandleSet(handle, lambda: handle.synchronize()[0])
+
+        return _named("allreduce", name, start)
 
     def allreduce(self, tensor: Any, average: Any = None, name: Any = None,
                   compression: Any = Compression.none, op: Any = None,
@@ -604,15 +631,17 @@ class Horovod:
                                 name: Any = None, op: Any = None, prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0, process_set: Any = None,
                                 compression: Any = None) -> _HandleSet:
-        return self._grouped_async(tensors, False, average, op, compression, prescale_factor,
-                                   postscale_factor, process_set)
+        return _named("allreduce", name, lambda: self._grouped_async(
+            tensors, False, average, op, compression, prescale_factor, postscale_factor,
+            process_set))
 
     def grouped_allreduce_async_(self, tensors: Sequence[Any], average: Any = None,
                                  name: Any = None, op: Any = None, prescale_factor: float = 1.0,
                                  postscale_factor: float = 1.0, process_set: Any = None,
                                  compression: Any = None) -> _HandleSet:
-        return self._grouped_async(tensors, True, average, op, compression, prescale_factor,
-                                   postscale_factor, process_set)
+        return _named("allreduce", name, lambda: self._grouped_async(
+            tensors, True, average, op, compression, prescale_factor, postscale_factor,
+            process_set))
 
     def grouped_allreduce(self, tensors: Sequence[Any], average: Any = None, name: Any = None,
                           compression: Any = Compression.none, op: Any = None,
@@ -728,20 +757,25 @@ class Horovod:
         backend = backend_for(tensor)
         array = backend.array(tensor)
         work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
-        handle = ringlet.broadcast_async(work, root_rank, out=work, process_set=chosen)
 
         def finish() -> Any:
             backend.assign(tensor, work)
             return tensor
 
-        return _HandleSet(handle, finish)
+        return _named("broadcast", name, lambda: _HandleSet(
+            ringlet.broadcast_async(work, root_rank, out=work, process_set=chosen), finish))
 
     def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
                         process_set: Any = None) -> _HandleSet:
         chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
-        handle = ringlet.broadcast_async(backend.array(tensor), root_rank, process_set=chosen)
-        return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
+
+        def start() -> _HandleSet:
+            handle = ringlet.broadcast_async(backend.array(tensor), root_rank,
+                                             process_set=chosen)
+            return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
+
+        return _named("broadcast", name, start)
 
     def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
                   process_set: Any = None) -> Any:
