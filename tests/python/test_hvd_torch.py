@@ -532,7 +532,7 @@ def test_unsupported_features_raise_what_the_migration_table_says(size):
         hvd.elastic  # noqa: B018
 
 
-def test_sparse_gradients_are_densified_when_asked(rank, size):
+def test_sparse_gradients_train_like_dense_ones(rank, size):
     def train(sparse_as_dense: bool) -> torch.Tensor:
         torch.manual_seed(3)
         embedding = torch.nn.Embedding(10, 4, sparse=True)
@@ -542,15 +542,33 @@ def test_sparse_gradients_are_densified_when_asked(rank, size):
         optimizer.step()
         return embedding.weight.detach()
 
-    weight = train(sparse_as_dense=True)
     torch.manual_seed(3)
     expected = torch.nn.Embedding(10, 4).weight.detach().clone()
     for r in range(size):
         expected[r % 10] -= 1.0 / size
     expected[7] -= 1.0
-    assert torch.allclose(weight, expected)
-    with pytest.raises(ValueError, match="sparse"):
-        train(sparse_as_dense=False)
+    # Densified and allreduced, or gathered sparse (Horovod's sparse_allreduce_async): the same.
+    assert torch.allclose(train(sparse_as_dense=True), expected)
+    assert torch.allclose(train(sparse_as_dense=False), expected)
+
+
+def test_sparse_allreduce_async_gathers_indices_and_values(rank, size):
+    dense = torch.zeros(6, 3)
+    dense[rank % 6] = rank + 1.0
+    dense[5, 1] = 2.0
+    for op, divide in ((hvd.Sum, 1), (hvd.Average, size)):
+        handle = hvd.sparse_allreduce_async(dense.to_sparse(), name="s", op=op)
+        expected = torch.zeros(6, 3)
+        for r in range(size):
+            expected[r % 6] += r + 1.0
+        expected[5, 1] += 2.0 * size
+        result = handle()
+        assert result.is_sparse
+        torch.testing.assert_close(result.to_dense(), expected / divide)
+    with pytest.raises(ValueError, match="sparse COO tensor"):
+        hvd.sparse_allreduce_async(dense, name="d", op=hvd.Sum)
+    with pytest.raises(ValueError, match="densify them for the other collectives"):
+        hvd.allreduce(dense.to_sparse())
 
 
 def test_alltoall_with_and_without_splits_and_its_gradient(rank, size):

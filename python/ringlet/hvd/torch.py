@@ -56,7 +56,8 @@ class TorchBackend(Backend):
         if tensor.device.type != "cpu":
             raise ValueError(f"ringlet reduces CPU tensors; this one is on {tensor.device}")
         if tensor.is_sparse:
-            raise ValueError("sparse tensors are not supported; densify them first")
+            raise ValueError("sparse tensors are reduced by sparse_allreduce_async (or by "
+                             "DistributedOptimizer); densify them for the other collectives")
         plain = tensor.detach()
         if plain.dtype == torch.bfloat16:
             import ml_dtypes
@@ -352,6 +353,46 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None,
     return _Broadcast.apply(tensor, root_rank, process_set)
 
 
+def sparse_allreduce_async(tensor: torch.Tensor, name: Any = None, op: Any = Average,
+                           process_set: Any = global_process_set) -> Any:
+    """Horovod's: the reduction of a sparse COO tensor, as the allgather of every rank's
+    indices and values (their duplicates add up when the result is coalesced), divided by the
+    set's size for Average. Returns a function that returns the result, as Horovod's does."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_sparse):
+        raise ValueError("sparse_allreduce_async takes a sparse COO tensor")
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async supports Sum and Average")
+    # Allgather concatenates the first dimension: indices travel transposed.
+    indices = _api.allgather(tensor._indices().transpose(0, 1).contiguous(),
+                             process_set=process_set)
+    values = _api.allgather(tensor._values().contiguous(), process_set=process_set)
+    if op == Average:
+        values = values / _set_size(process_set)
+
+    def result() -> torch.Tensor:
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, tensor.size(),
+                                       check_invariants=True)
+
+    return result
+
+
+class _GradientHandle:
+    """A bucket's reduction: its dense gradients' handle, and its sparse gradients' results,
+    which ``synchronize`` installs as the parameters' gradients."""
+
+    def __init__(self, dense: Any, sparse: list[tuple[torch.Tensor, Any]]) -> None:
+        self.dense, self.sparse = dense, sparse
+
+    def synchronize(self) -> None:
+        if self.dense is not None:
+            self.dense.synchronize()
+        for p, result in self.sparse:
+            p.grad = result()
+
+    def timing(self) -> Any:
+        return self.dense.timing() if self.dense is not None else None
+
+
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     """Batch normalization over the batches of all ranks together, for CPU tensors (Horovod's
     runs on GPUs only), as a drop-in for ``torch.nn.BatchNorm1d/2d/3d``.
@@ -471,19 +512,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._launch(bucket)
 
     def _launch(self, bucket: int) -> None:
-        grads = []
+        grads, sparse = [], []
         for p in self._buckets[bucket]:
             if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
                 p.grad = torch.zeros_like(p)
             elif p.grad.is_sparse and self._sparse_as_dense:
                 p.grad = p.grad.to_dense()
-            grads.append(p.grad)
+            if p.grad.is_sparse:
+                sparse.append((p, sparse_allreduce_async(
+                    p.grad, self._parameter_names.get(p), _OPS[self._op], self._process_set)))
+            else:
+                grads.append(p.grad)
         submitted = time.perf_counter()
-        self._handles[bucket] = _api.grouped_allreduce_async_(
+        dense = _api.grouped_allreduce_async_(
             grads, op=_OPS[self._op], prescale_factor=self._prescale,
             postscale_factor=self._postscale, compression=self._compression,
             process_set=self._process_set,
-        )
+        ) if grads else None
+        self._handles[bucket] = _GradientHandle(dense, sparse)
         if self.timeline is not None:
             nbytes = sum(g.numel() * g.element_size() for g in grads)
             self.timeline.launched(bucket, nbytes, submitted, self._handles[bucket])
@@ -632,4 +678,5 @@ def DistributedOptimizer(
                sparse_as_dense, process_set)
 
 
-__all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state"]
+__all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state",
+           "sparse_allreduce_async"]
