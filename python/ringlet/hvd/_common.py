@@ -1,8 +1,9 @@
 """Horovod's API, written once over a backend that turns tensors into NumPy arrays and back.
 
 ``ringlet.hvd`` binds it to NumPy arrays, ``ringlet.hvd.torch`` to PyTorch CPU tensors. Names,
-argument order and semantics follow ``horovod.torch``; see the README's migration note for the
-few differences (process sets, join, Adasum).
+argument order and semantics follow ``horovod.torch``, process sets and join included; see the
+README's migration table for the few differences (GPUs, Adasum, elastic, operations matched by
+order rather than by name).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
 Tensors go to the Rust core zero-copy (``tensor.numpy()`` views; bfloat16 through an int16
 view). ``DistributedOptimizer`` registers a hook on every parameter: when a gradient is ready
 during ``backward()``, its bucket's fused allreduce starts in ringlet's background thread, and
-``step()`` waits for all of them first. Everything runs on CPU tensors. ``allreduce``,
-``grouped_allreduce``, ``allgather`` and ``broadcast`` are differentiable, with Horovod's
-backward rules.
+``step()`` waits for all of them first. Everything runs on CPU tensors. The collectives
+(allreduce, allgather, broadcast, reducescatter, alltoall, and the grouped ones) are
+differentiable, with Horovod's backward rules.
 """
 
 from __future__ import annotations
