@@ -115,6 +115,26 @@ pub fn submit(work: Work) -> Result<Arc<Completion>> {
     Ok(completion)
 }
 
+/// A queued job's completion, and the slot its result lands in once it has run.
+pub struct Queued<T> {
+    pub completion: Arc<Completion>,
+    pub result: Arc<Mutex<Option<T>>>,
+}
+
+/// Queue `work`; its result goes to the handle's slot (its error, to the completion).
+pub fn submit_for_result<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<Queued<T>> {
+    let result = Arc::new(Mutex::new(None));
+    let slot = result.clone();
+    let completion = submit(Box::new(move || {
+        let value = work()?;
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+        Ok(())
+    }))?;
+    Ok(Queued { completion, result })
+}
+
 /// Run `work` after everything already queued: at once if the queue is idle.
 pub fn run_in_order<R: Send>(work: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if PENDING.load(Ordering::SeqCst) == 0 {

@@ -14,6 +14,7 @@ from ._allreduce import allreduce
 from ._collectives import (
     Handle,
     allgather,
+    allgather_async,
     allgather_object,
     alltoall,
     barrier,
@@ -21,6 +22,7 @@ from ._collectives import (
     broadcast_async,
     broadcast_object,
     reduce_scatter,
+    reduce_scatter_async,
 )
 from ._core import MismatchError, RingletError
 from ._dtypes import OPS, SUPPORTED_DTYPES
@@ -68,6 +70,7 @@ __all__ = [
     "add_process_set",
     "algorithms",
     "allgather",
+    "allgather_async",
     "allgather_object",
     "allreduce",
     "allreduce_async",
@@ -90,6 +93,7 @@ __all__ = [
     "process_sets",
     "rank",
     "reduce_scatter",
+    "reduce_scatter_async",
     "remove_process_set",
     "reset_stats",
     "selector",

@@ -150,6 +150,22 @@ def allgather(x: np.ndarray, *, algorithm: str = "auto",
     With ``process_set``, its members' arrays, in the order of its ranks.
     """
     where = place(process_set)
+    rows, name = _prepare_allgather(x, algorithm, where)
+    raw, counts = _core.allgather(rows, name, algorithm, where.id)
+    return _gathered(raw, counts, rows)
+
+
+def allgather_async(x: np.ndarray, *, algorithm: str = "auto",
+                    process_set: ProcessSet | None = None) -> Handle:
+    """Start ``allgather(x)`` in ringlet's background thread; ``wait()`` returns the result.
+    Operations run in submission order; ``x`` must not change before ``wait()`` returns."""
+    where = place(process_set)
+    rows, name = _prepare_allgather(x, algorithm, where)
+    handle = _core.allgather_async(rows, name, algorithm, where.id)
+    return Handle([handle], _once(lambda: _gathered(*handle.result(), rows)))
+
+
+def _prepare_allgather(x: Any, algorithm: str, where: Place) -> tuple[np.ndarray, str]:
     with refused_together("allgather", process_set=where.id):
         x = as_array(x, "allgather")
         name = movable_name(x.dtype)
@@ -157,8 +173,24 @@ def allgather(x: np.ndarray, *, algorithm: str = "auto",
         rows = np.ascontiguousarray(x.reshape(1) if x.ndim == 0 else x)
         if not rows.dtype.isnative:
             rows = native_copy(rows)
-    raw, counts = _core.allgather(rows, name, algorithm, where.id)
+    return rows, name
+
+
+def _gathered(raw: np.ndarray, counts: list[int], rows: np.ndarray) -> np.ndarray:
     return raw.view(rows.dtype).reshape((sum(counts), *rows.shape[1:]))
+
+
+def _once(finish: Callable[[], Any]) -> Callable[[], Any]:
+    """``finish``, computed on the first call and remembered (a handle may be waited on more
+    than once, and the core hands its result over once)."""
+    memo: list[Any] = []
+
+    def cached() -> Any:
+        if not memo:
+            memo.append(finish())
+        return memo[0]
+
+    return cached
 
 
 def allgather_object(obj: Any, *, process_set: ProcessSet | None = None) -> list[Any]:
@@ -235,6 +267,30 @@ def reduce_scatter(
     ``process_set``, over its members, in the order of its ranks.
     """
     where = place(process_set)
+    array, name, counts = _prepare_reduce_scatter(x, op, counts, algorithm, where)
+    raw = _core.reduce_scatter(array, name, op, counts, algorithm, where.id)
+    return raw.view(array.dtype).reshape((counts[where.rank], *array.shape[1:]))
+
+
+def reduce_scatter_async(
+    x: np.ndarray, op: str = "sum", *, counts: Sequence[int] | None = None,
+    algorithm: str = "auto", process_set: ProcessSet | None = None,
+) -> Handle:
+    """Start ``reduce_scatter(x, op, counts=counts)`` in ringlet's background thread;
+    ``wait()`` returns this rank's block. ``x`` must not change before ``wait()`` returns."""
+    where = place(process_set)
+    array, name, counts = _prepare_reduce_scatter(x, op, counts, algorithm, where)
+    handle = _core.reduce_scatter_async(array, name, op, counts, algorithm, where.id)
+    rows = counts  # the core checks them when the job runs; read only once it has
+
+    def block() -> np.ndarray:
+        return handle.result()[0].view(array.dtype).reshape((rows[where.rank], *array.shape[1:]))
+
+    return Handle([handle], _once(block))
+
+
+def _prepare_reduce_scatter(x: Any, op: str, counts: Sequence[int] | None, algorithm: str,
+                            where: Place) -> tuple[np.ndarray, str, list[int]]:
     with refused_together("reduce_scatter", process_set=where.id):
         x = as_array(x, "reduce_scatter")
         name = dtype_name(x.dtype)
@@ -252,8 +308,7 @@ def reduce_scatter(
         array = np.ascontiguousarray(x)
         if not array.dtype.isnative:
             array = native_copy(array)
-    raw = _core.reduce_scatter(array, name, op, counts, algorithm, where.id)
-    return raw.view(array.dtype).reshape((counts[where.rank], *array.shape[1:]))
+    return array, name, counts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ArrayHandle",
     "Handle",
     "MismatchError",
     "RingletError",
@@ -17,6 +18,7 @@ __all__ = [
     "algorithm_support",
     "algorithms",
     "allgather",
+    "allgather_async",
     "allreduce",
     "allreduce_fast",
     "allreduce_group_async",
@@ -40,6 +42,7 @@ __all__ = [
     "ops",
     "process_sets",
     "reduce_scatter",
+    "reduce_scatter_async",
     "refuse",
     "register_dtype",
     "remove_process_set",
@@ -67,6 +70,16 @@ class Handle:
     def wait(self) -> None: ...
     def timing(self) -> tuple[float, float] | None:
         """Once done: (seconds it waited in the queue, seconds it ran)."""
+
+@final
+class ArrayHandle:
+    """A queued collective that produces a new array."""
+
+    def done(self) -> bool: ...
+    def wait(self) -> None: ...
+    def timing(self) -> tuple[float, float] | None: ...
+    def result(self) -> tuple[npt.NDArray[np.uint8], list[int]]:
+        """After wait(): (the bytes, rows from each rank); once only."""
 
 def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
     """Initialize MPI if needed and set up ringlet's communicator.
@@ -134,6 +147,17 @@ def allreduce_group_async(
     pack_below: int = 0,
     process_set: int = 0,
 ) -> Handle: ...
+def allgather_async(
+    array: npt.NDArray[Any], dtype: str, algorithm: str, process_set: int = 0
+) -> ArrayHandle: ...
+def reduce_scatter_async(
+    array: npt.NDArray[Any],
+    dtype: str,
+    op: str,
+    counts: list[int],
+    algorithm: str,
+    process_set: int = 0,
+) -> ArrayHandle: ...
 def broadcast_async(
     array: npt.NDArray[Any], dtype: str, root: int, algorithm: str, process_set: int = 0
 ) -> Handle: ...

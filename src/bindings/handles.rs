@@ -1,15 +1,16 @@
 //! Queued collectives and their handles. The queued job holds the arrays it works on, so they
 //! stay alive until it has run, even if the handle is dropped.
 
-use super::buffers::{contiguous, element_type};
+use super::buffers::{bytes_array, contiguous, element_type, readable_bytes};
 use super::errors::detached;
 use crate::dtype::{DType, ReduceOp};
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
 use crate::runtime::process::{caller_thread, SetId, WORLD};
-use crate::worker::Completion;
-use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use crate::runtime::{allgather, reduce_scatter};
+use crate::worker::{Completion, Queued};
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::sync::Arc;
 
@@ -37,6 +38,122 @@ impl Handle {
             .timing()
             .map(|(queued, ran)| (queued.as_secs_f64(), ran.as_secs_f64()))
     }
+}
+
+/// The bytes a queued collective produced (8-byte aligned storage, its length in bytes, and
+/// rows per rank where they vary), taken once.
+type Produced = (Vec<u64>, usize, Vec<usize>);
+type Take = Box<dyn Fn() -> Option<Produced> + Send + Sync>;
+
+/// A queued collective that produces a new array: `done()` polls, `wait()` blocks and raises
+/// its error, `result()` then returns (its bytes as a uint8 array, rows from each rank).
+#[pyclass(frozen, module = "ringlet._core")]
+pub struct ArrayHandle {
+    completion: Arc<Completion>,
+    take: Take,
+}
+
+#[pymethods]
+impl ArrayHandle {
+    fn done(&self) -> bool {
+        self.completion.is_done()
+    }
+
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let completion = self.completion.clone();
+        detached(py, move || completion.wait())
+    }
+
+    fn timing(&self) -> Option<(f64, f64)> {
+        self.completion
+            .timing()
+            .map(|(queued, ran)| (queued.as_secs_f64(), ran.as_secs_f64()))
+    }
+
+    /// After `wait()`: (the bytes as a uint8 array, rows from each rank); once only.
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+        let (storage, bytes, counts) = (self.take)().ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(
+                "no result: the collective has not finished, failed, or its result was taken",
+            )
+        })?;
+        Ok((bytes_array(py, storage, bytes)?, counts))
+    }
+}
+
+fn array_handle<T: Send + 'static>(
+    queued: Queued<T>,
+    produced: impl Fn(T) -> Produced + Send + Sync + 'static,
+) -> ArrayHandle {
+    let slot = queued.result;
+    ArrayHandle {
+        completion: queued.completion,
+        take: Box::new(move || {
+            let value = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            value.map(&produced)
+        }),
+    }
+}
+
+/// Queue an allgather of the C-contiguous `array` (of NumPy dtype `dtype`).
+#[pyfunction]
+#[pyo3(signature = (array, dtype, algorithm, process_set=WORLD))]
+pub fn allgather_async(
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: &str,
+    algorithm: &str,
+    process_set: SetId,
+) -> PyResult<ArrayHandle> {
+    // SAFETY: the array goes to the job below, which keeps it alive until it has run.
+    let input = Buffer::of_readable(unsafe { readable_bytes(array, "allgather")? });
+    let (shape, itemsize) = (array.shape().to_vec(), array.dtype().itemsize());
+    let keepalive = Box::new(array.clone().into_any().unbind());
+    // SAFETY: `keepalive` holds the array until the job ends, and the caller may not write it
+    // before the handle completes (the documented contract of the async calls).
+    let queued = unsafe {
+        allgather::allgather_async(
+            input,
+            dtype.to_string(),
+            itemsize,
+            shape,
+            algorithm.to_string(),
+            process_set,
+            keepalive,
+        )?
+    };
+    Ok(array_handle(queued, |g| (g.storage, g.bytes, g.counts)))
+}
+
+/// Queue a reduce-scatter of the C-contiguous `array`: this rank's block, `counts` rows each.
+#[pyfunction]
+#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set=WORLD))]
+pub fn reduce_scatter_async(
+    array: &Bound<'_, PyUntypedArray>,
+    dtype: &str,
+    op: &str,
+    counts: Vec<usize>,
+    algorithm: &str,
+    process_set: SetId,
+) -> PyResult<ArrayHandle> {
+    let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
+    // SAFETY: as in `allgather_async`.
+    let input = Buffer::of_readable(unsafe { readable_bytes(array, "reduce_scatter")? });
+    let shape = array.shape().to_vec();
+    let keepalive = Box::new(array.clone().into_any().unbind());
+    // SAFETY: as in `allgather_async`.
+    let queued = unsafe {
+        reduce_scatter::reduce_scatter_async(
+            input,
+            dtype,
+            op,
+            shape,
+            counts,
+            algorithm.to_string(),
+            process_set,
+            keepalive,
+        )?
+    };
+    Ok(array_handle(queued, |b| (b.storage, b.bytes, Vec::new())))
 }
 
 /// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most

@@ -461,7 +461,10 @@ mod _core {
     #[pymodule_export]
     use super::errors::{MismatchError, RingletError};
     #[pymodule_export]
-    use super::handles::{allreduce_group_async, broadcast_async, Handle};
+    use super::handles::{
+        allgather_async, allreduce_group_async, broadcast_async, reduce_scatter_async, ArrayHandle,
+        Handle,
+    };
     #[pymodule_export]
     use super::{
         _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,

@@ -1,13 +1,15 @@
 //! `allgather`: every rank's array, concatenated along the first dimension in rank order. The
 //! first dimension may differ between ranks; the other dimensions and the dtype may not.
 
+use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::pick;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::{Allgather, ALLGATHER};
-use crate::worker;
+use crate::worker::{self, Queued};
+use std::any::Any;
 
 /// The gathered array: `bytes` bytes at the start of `storage` (8-byte aligned, for any
 /// dtype), `counts[r]` rows from rank r.
@@ -32,6 +34,32 @@ pub fn allgather(
         process::with_communicator(set, |comm| {
             allgather_on(comm, input, dtype, itemsize, shape, algorithm, thread)
         })
+    })
+}
+
+/// Queue an allgather of `input` (see [`allgather`]); its result is in the handle once done.
+///
+/// # Safety
+/// `input` must point at live memory that `keepalive` keeps alive and that nobody writes
+/// until the completion is done.
+pub unsafe fn allgather_async(
+    input: Buffer,
+    dtype: String,
+    itemsize: usize,
+    shape: Vec<usize>,
+    algorithm: String,
+    set: SetId,
+    keepalive: Box<dyn Any + Send>,
+) -> Result<Queued<Gathered>> {
+    let thread = process::caller_thread();
+    worker::submit_for_result(move || {
+        // SAFETY: the caller's contract.
+        let input = unsafe { input.bytes() };
+        let outcome = process::with_communicator(set, |comm| {
+            allgather_on(comm, input, &dtype, itemsize, &shape, &algorithm, thread)
+        });
+        drop(keepalive);
+        outcome
     })
 }
 

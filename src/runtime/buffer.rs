@@ -17,6 +17,14 @@ impl Buffer {
         }
     }
 
+    /// A buffer that will only be read.
+    pub fn of_readable(bytes: &[u8]) -> Self {
+        Buffer {
+            address: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -34,6 +42,19 @@ impl Buffer {
         }
         // SAFETY: the caller's contract: `address..address + len` is live, exclusive memory.
         unsafe { std::slice::from_raw_parts_mut(self.address as *mut u8, self.len) }
+    }
+}
+
+impl Buffer {
+    /// # Safety
+    /// The memory it came from must be alive, and nobody may write it, for as long as the
+    /// result is used.
+    pub unsafe fn bytes<'a>(&self) -> &'a [u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the caller's contract: `address..address + len` is live, unchanging memory.
+        unsafe { std::slice::from_raw_parts(self.address as *const u8, self.len) }
     }
 }
 

@@ -2,6 +2,7 @@
 //! shape everywhere), of which each rank keeps its block of rows.
 
 use super::allreduce::check_array;
+use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::pick;
@@ -10,7 +11,8 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Finish};
 use crate::schedules::{self, Reduction, REDUCE_SCATTER};
-use crate::worker;
+use crate::worker::{self, Queued};
+use std::any::Any;
 
 /// This rank's block: `bytes` bytes at the start of `storage` (8-byte aligned).
 pub struct Block {
@@ -34,6 +36,35 @@ pub fn reduce_scatter(
         process::with_communicator(set, |comm| {
             reduce_scatter_on(comm, input, dtype, op, shape, counts, algorithm, thread)
         })
+    })
+}
+
+/// Queue a reduce-scatter of `input` (see [`reduce_scatter`]); its block is in the handle once
+/// done.
+///
+/// # Safety
+/// `input` must point at live memory that `keepalive` keeps alive and that nobody writes
+/// until the completion is done.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn reduce_scatter_async(
+    input: Buffer,
+    dtype: DType,
+    op: ReduceOp,
+    shape: Vec<usize>,
+    counts: Vec<usize>,
+    algorithm: String,
+    set: SetId,
+    keepalive: Box<dyn Any + Send>,
+) -> Result<Queued<Block>> {
+    let thread = process::caller_thread();
+    worker::submit_for_result(move || {
+        // SAFETY: the caller's contract.
+        let input = unsafe { input.bytes() };
+        let outcome = process::with_communicator(set, |comm| {
+            reduce_scatter_on(comm, input, dtype, op, &shape, &counts, &algorithm, thread)
+        });
+        drop(keepalive);
+        outcome
     })
 }
 

@@ -132,6 +132,46 @@ def test_reduce_scatter_with_counts(rank, size):
         assert mine.shape == (0, 2)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_async_allgather_and_reduce_scatter_equal_the_synchronous_ones(rank, size, dtype):
+    """Queued behind a large allreduce, they run in submission order after it, and give what
+    the synchronous ones give."""
+    x = movable_input(4, rank, (rank + 1, 3), dtype)
+    big = ringlet.allreduce_async(np.ones(1 << 22, dtype=np.float32))
+    gathered = ringlet.allgather_async(x)
+    inputs = [exact_input(5, r, (2 * size + 1, 2), dtype, "sum") for r in range(size)]
+    block = ringlet.reduce_scatter_async(inputs[rank], "sum")
+    counts = [0] * size
+    counts[-1] = 2 * size + 1
+    everything = ringlet.reduce_scatter_async(inputs[rank], "sum", counts=counts)
+    assert np.array_equal(big.wait(), np.full(1 << 22, size, dtype=np.float32))
+    expected = np.concatenate([movable_input(4, r, (r + 1, 3), dtype) for r in range(size)])
+    assert np.array_equal(gathered.wait(), expected) and gathered.wait().dtype == x.dtype
+    assert gathered.done() and gathered.timing() is not None
+    mine = np.array_split(reference(inputs, "sum"), size)[rank]
+    assert block.wait().tobytes() == mine.tobytes() and block.wait().shape == mine.shape
+    got = everything.wait()
+    assert got.shape == ((2 * size + 1, 2) if rank == size - 1 else (0, 2))
+    if rank == size - 1:
+        assert got.tobytes() == reference(inputs, "sum").tobytes()
+
+
+def test_async_gathers_refuse_bad_calls_in_step(rank, size):
+    """A bad call on one rank raises there and MismatchError on the others, at submission or
+    at wait(), and the ranks stay in step."""
+    odd = rank == size - 1
+    counts = [1] * (size + 1) if odd else [1] * size
+    x = np.ones((size, 2), dtype=np.float32) if not odd else np.ones((size + 1, 2), np.float32)
+    if size == 1:
+        with pytest.raises(ValueError):
+            ringlet.reduce_scatter_async(x, "sum", counts=counts).wait()
+    else:
+        error = ValueError if odd else ringlet.MismatchError
+        with pytest.raises(error):
+            ringlet.reduce_scatter_async(x, "sum", counts=counts).wait()
+    assert ringlet.allreduce(np.ones(1), "sum")[0] == size
+
+
 def test_collectives_release_the_gil(size):
     """Another Python thread keeps running during long broadcasts, allgathers, alltoalls and
     reduce-scatters."""

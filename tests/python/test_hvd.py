@@ -202,8 +202,8 @@ def test_the_async_and_grouped_gathers_and_scatters_match_the_synchronous_ones(r
     rows = rank + 1  # a different first dimension on every rank
     x = np.full((rows, 3), float(rank))
     handle = hvd.allgather_async(x)
-    assert hvd.poll(handle)
     gathered = hvd.synchronize(handle)
+    assert hvd.poll(handle)
     assert gathered.shape == (sum(range(1, size + 1)), 3)
     assert np.array_equal(gathered, hvd.allgather(x))
     both = hvd.synchronize(hvd.grouped_allgather_async([x, x[:, :1]]))

@@ -684,72 +684,102 @@ class Horovod:
         return backend.tensor(ringlet.allgather(backend.array(tensor), process_set=chosen),
                               tensor)
 
+    def _allgather_handle(self, tensor: Any, process_set: Any) -> _HandleSet:
+        chosen = _ringlet_set(process_set)
+        backend = backend_for(tensor)
+        handle = ringlet.allgather_async(backend.array(tensor), process_set=chosen)
+        return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
+
     def allgather_async(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
-        """``allgather`` behind a handle. It runs at the call, in order with the queued
-        collectives (ringlet has no background allgather), so the handle is already done."""
-        return _done(self.allgather(tensor, name, process_set))
+        """``allgather`` in ringlet's background thread; ``synchronize`` returns the result."""
+        return _named("allgather", name, lambda: self._allgather_handle(tensor, process_set))
 
     def grouped_allgather(self, tensors: Sequence[Any], name: Any = None,
                           process_set: Any = None) -> list[Any]:
         """``allgather`` of each tensor, in order."""
-        return [self.allgather(t, name, process_set) for t in tensors]
+        return self.grouped_allgather_async(tensors, name, process_set).synchronize()
 
     def grouped_allgather_async(self, tensors: Sequence[Any], name: Any = None,
                                 process_set: Any = None) -> Any:
-        return _done(self.grouped_allgather(tensors, name, process_set))
+        def start() -> _HandleSet:
+            handles = [self._allgather_handle(t, process_set) for t in tensors]
+            return _HandleSet(ringlet.Handle(handles, lambda: None),
+                              lambda: [h.synchronize() for h in handles])
+
+        return _named("allgather", name, start)
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
         return ringlet.allgather_object(obj, process_set=_ringlet_set(process_set))
 
-    def reducescatter(self, tensor: Any, name: Any = None, op: Any = Average,
-                      process_set: Any = None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> Any:
-        """Reduce ``tensor`` over all ranks and return this rank's slice of the first dimension
-        (the first ``dim0 % size`` ranks get one row more)."""
+    def _reducescatter_handle(self, tensor: Any, op: Any, process_set: Any,
+                              prescale_factor: float, postscale_factor: float) -> _HandleSet:
         chosen = _ringlet_set(process_set)
         op_name = _op_name(None, op)
         if op_name not in ("sum", "avg"):
             raise ValueError("reducescatter supports Sum and Average")
         backend = backend_for(tensor)
         array = backend.array(tensor)
-        integers = array.dtype.kind in "iu"
-        if integers and (prescale_factor != 1.0 or postscale_factor != 1.0):
+        pre, post = float(prescale_factor), float(postscale_factor)
+        if array.dtype.kind in "iu" and (pre != 1.0 or post != 1.0):
             # As Horovod: integers scaled in float64 and truncated, before and after the sum
             # (avg's division folded into the postscale).
-            work = _prescaled_integers(array, prescale_factor)
-            mine = ringlet.reduce_scatter(work, "sum", process_set=chosen)
-            post = float(postscale_factor) / (_set_size(process_set) if op_name == "avg" else 1)
-            mine = np.trunc(mine.astype(np.float64) * post).astype(array.dtype)
-            return backend.tensor(mine, tensor)
+            handle = ringlet.reduce_scatter_async(_prescaled_integers(array, pre), "sum",
+                                                  process_set=chosen)
+            post /= _set_size(process_set) if op_name == "avg" else 1
+
+            def finish() -> Any:
+                mine = handle.wait()
+                return backend.tensor(
+                    np.trunc(mine.astype(np.float64) * post).astype(array.dtype), tensor)
+
+            return _HandleSet(handle, finish)
         work = np.array(array, order="C", copy=True)
-        if prescale_factor != 1.0:
-            work *= prescale_factor
-        mine = ringlet.reduce_scatter(work, op_name, process_set=chosen)
-        if postscale_factor != 1.0:
-            mine *= postscale_factor
-        return backend.tensor(mine, tensor)
+        if pre != 1.0:
+            work *= pre
+        handle = ringlet.reduce_scatter_async(work, op_name, process_set=chosen)
+
+        def scaled() -> Any:
+            mine = handle.wait()
+            if post != 1.0:
+                mine *= post
+            return backend.tensor(mine, tensor)
+
+        return _HandleSet(handle, scaled)
+
+    def reducescatter(self, tensor: Any, name: Any = None, op: Any = Average,
+                      process_set: Any = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> Any:
+        """Reduce ``tensor`` over all ranks and return this rank's slice of the first dimension
+        (the first ``dim0 % size`` ranks get one row more)."""
+        return self._reducescatter_handle(tensor, op, process_set, prescale_factor,
+                                          postscale_factor).synchronize()
 
     def reducescatter_async(self, tensor: Any, name: Any = None, op: Any = Average,
                             process_set: Any = None, prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0) -> Any:
-        """``reducescatter`` behind a handle (run at the call, like ``allgather_async``)."""
-        return _done(self.reducescatter(tensor, name, op, process_set, prescale_factor,
-                                        postscale_factor))
+        """``reducescatter`` in ringlet's background thread; ``synchronize`` returns it."""
+        return _named("reducescatter", name, lambda: self._reducescatter_handle(
+            tensor, op, process_set, prescale_factor, postscale_factor))
 
     def grouped_reducescatter(self, tensors: Sequence[Any], name: Any = None, op: Any = Average,
                               process_set: Any = None, prescale_factor: float = 1.0,
                               postscale_factor: float = 1.0) -> list[Any]:
         """``reducescatter`` of each tensor, in order."""
-        return [self.reducescatter(t, name, op, process_set, prescale_factor, postscale_factor)
-                for t in tensors]
+        return self.grouped_reducescatter_async(tensors, name, op, process_set,
+                                                prescale_factor, postscale_factor).synchronize()
 
     def grouped_reducescatter_async(self, tensors: Sequence[Any], name: Any = None,
                                     op: Any = Average, process_set: Any = None,
                                     prescale_factor: float = 1.0,
                                     postscale_factor: float = 1.0) -> Any:
-        return _done(self.grouped_reducescatter(tensors, name, op, process_set,
-                                                prescale_factor, postscale_factor))
+        def start() -> _HandleSet:
+            handles = [self._reducescatter_handle(t, op, process_set, prescale_factor,
+                                                  postscale_factor) for t in tensors]
+            return _HandleSet(ringlet.Handle(handles, lambda: None),
+                              lambda: [h.synchronize() for h in handles])
+
+        return _named("reducescatter", name, start)
 
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
