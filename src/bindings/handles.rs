@@ -7,7 +7,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
-use crate::runtime::process::{caller_thread, SetId, WORLD};
+use crate::runtime::process::{caller_thread, SetId};
 use crate::runtime::{allgather, reduce_scatter};
 use crate::worker::{Completion, Queued};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -97,7 +97,7 @@ fn array_handle<T: Send + 'static>(
 
 /// Queue an allgather of the C-contiguous `array` (of NumPy dtype `dtype`).
 #[pyfunction]
-#[pyo3(signature = (array, dtype, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, algorithm, process_set = 0))]
 pub fn allgather_async(
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
@@ -126,7 +126,7 @@ pub fn allgather_async(
 
 /// Queue a reduce-scatter of the C-contiguous `array`: this rank's block, `counts` rows each.
 #[pyfunction]
-#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set = 0))]
 pub fn reduce_scatter_async(
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
@@ -162,7 +162,7 @@ pub fn reduce_scatter_async(
 #[pyfunction]
 #[pyo3(signature = (
     arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, pack_below=0,
-    process_set=WORLD
+    process_set = 0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group_async(
@@ -207,7 +207,7 @@ pub fn allreduce_group_async(
 
 /// Queue an in-place broadcast of `array` (of NumPy dtype `dtype`) from `root`.
 #[pyfunction]
-#[pyo3(signature = (array, dtype, root, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, root, algorithm, process_set = 0))]
 pub fn broadcast_async(
     array: &Bound<'_, PyUntypedArray>,
     dtype: &str,

@@ -49,13 +49,13 @@ fn finalize(py: Python<'_>) -> PyResult<bool> {
 
 /// (rank, size, each rank's host) in `process_set` (0: ringlet's communicator).
 #[pyfunction]
-#[pyo3(signature = (process_set=WORLD))]
+#[pyo3(signature = (process_set = 0))]
 fn group(py: Python<'_>, process_set: SetId) -> PyResult<(usize, usize, Vec<String>)> {
     detached(py, || runtime::group(process_set))
 }
 
 #[pyfunction]
-#[pyo3(signature = (process_set=WORLD))]
+#[pyo3(signature = (process_set = 0))]
 fn barrier(py: Python<'_>, process_set: SetId) -> PyResult<()> {
     detached(py, || runtime::barrier(process_set))
 }
@@ -63,7 +63,7 @@ fn barrier(py: Python<'_>, process_set: SetId) -> PyResult<()> {
 /// Take part in the others' sum and avg allreduces with zeros until every rank of
 /// `process_set` has called it; returns the rank that called it last.
 #[pyfunction]
-#[pyo3(signature = (process_set=WORLD))]
+#[pyo3(signature = (process_set = 0))]
 fn join(py: Python<'_>, process_set: SetId) -> PyResult<usize> {
     detached(py, || runtime::join::join(process_set))
 }
@@ -183,7 +183,7 @@ fn allreduce_fast<'py>(
 
 /// Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements.
 #[pyfunction]
-#[pyo3(signature = (array, dtype, op, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, op, algorithm, process_set = 0))]
 fn allreduce(
     py: Python<'_>,
     array: &Bound<'_, PyUntypedArray>,
@@ -204,7 +204,7 @@ fn allreduce(
 /// Broadcast a C-contiguous, aligned, writeable array from `root`, in place; `dtype` is its
 /// NumPy dtype's name (any dtype: broadcast moves bytes).
 #[pyfunction]
-#[pyo3(signature = (array, dtype, root, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, root, algorithm, process_set = 0))]
 fn broadcast(
     py: Python<'_>,
     array: &Bound<'_, PyUntypedArray>,
@@ -229,7 +229,7 @@ fn broadcast(
 /// Every rank's C-contiguous `array` (of NumPy dtype `dtype`), concatenated along the first
 /// dimension: (the bytes as a uint8 array, rows per rank).
 #[pyfunction]
-#[pyo3(signature = (array, dtype, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, algorithm, process_set = 0))]
 fn allgather<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
@@ -250,7 +250,7 @@ fn allgather<'py>(
 /// Rank r's `splits[q]` rows of its C-contiguous `array` go to rank q: (what this rank
 /// received, concatenated in rank order, as the bytes of a uint8 array; rows from each rank).
 #[pyfunction]
-#[pyo3(signature = (array, dtype, splits, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, splits, algorithm, process_set = 0))]
 fn alltoall<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
@@ -280,7 +280,7 @@ fn alltoall<'py>(
 /// This rank's block (`counts[rank]` rows) of the reduction of `array` over all ranks, as the
 /// bytes of a uint8 array.
 #[pyfunction]
-#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set=WORLD))]
+#[pyo3(signature = (array, dtype, op, counts, algorithm, process_set = 0))]
 fn reduce_scatter<'py>(
     py: Python<'py>,
     array: &Bound<'py, PyUntypedArray>,
@@ -311,7 +311,7 @@ fn reduce_scatter<'py>(
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
 /// raise too (naming `reason`) instead of waiting; the caller then raises its own error.
 #[pyfunction]
-#[pyo3(signature = (collective, reason, process_set=WORLD))]
+#[pyo3(signature = (collective, reason, process_set = 0))]
 fn refuse(py: Python<'_>, collective: &str, reason: String, process_set: SetId) -> PyResult<()> {
     detached(py, || runtime::refuse(collective, reason, process_set))
 }
