@@ -5,7 +5,7 @@
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
 #   make test-mpich         the whole Python suite under mpirun.mpich, in .venv-mpich
-#   make test-mpich-quick   the quickstart and the allreduce tests on 2 ranks under MPICH
+#   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 
 SHELL := /bin/bash
@@ -177,7 +177,7 @@ test-mpich-quick:
 mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
-		tests/python/test_allreduce.py
+		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py
 
 clean:
 	rm -rf build target $(sort .venv .venv-mpich $(VENV))
