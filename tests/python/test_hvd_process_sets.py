@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import ringlet
 import ringlet.hvd.torch as hvd
 
 
@@ -209,3 +210,35 @@ def test_a_name_still_in_flight_is_refused_locally_before_anything_is_sent() -> 
     other = hvd.broadcast_async(x, 0, name="dup")  # another collective, another namespace
     torch.testing.assert_close(hvd.synchronize(again), torch.full((5,), float(size)))
     torch.testing.assert_close(hvd.synchronize(other), x)
+
+
+def test_init_adds_sets_given_by_ranks_or_by_the_parts_of_a_communicator() -> None:
+    """As Horovod's test_process_sets_multi_comm: a Split communicator stands for each of its
+    parts, and duplicates raise on every rank, adding nothing."""
+    from mpi4py import MPI
+
+    size, rank = hvd.size(), hvd.rank()
+    halves = MPI.COMM_WORLD.Split(color=rank % 2, key=rank)
+    before = len(ringlet.process_sets())
+    if size > 1:
+        with pytest.raises(ValueError, match="duplicate process sets"):
+            hvd.init(process_sets=[hvd.ProcessSet(halves), hvd.ProcessSet(range(0, size, 2))])
+        assert len(ringlet.process_sets()) == before
+    by_comm = hvd.ProcessSet(halves)
+    wanted = [by_comm] if size < 3 else [by_comm, hvd.ProcessSet([0])]
+    if size == 1:
+        with pytest.raises(ValueError, match="duplicate process sets"):
+            hvd.init(process_sets=wanted)
+        return
+    hvd.init(process_sets=wanted)
+    try:
+        assert by_comm.ranks == list(range(rank % 2, size, 2))
+        assert [s.ranks for s in ringlet.process_sets()][before:before + 2] == [
+            tuple(range(0, size, 2)), tuple(range(1, size, 2))]
+        total = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=by_comm)
+        torch.testing.assert_close(total, torch.full((2,), float(len(by_comm.ranks))))
+    finally:
+        assert all(hvd.remove_process_set(ps) for ps in wanted)
+        for leftover in ringlet.process_sets()[before:]:  # the part this rank is not in, ...
+            ringlet.remove_process_set(leftover)
+    halves.Free()

@@ -215,14 +215,21 @@ def _add(process_set: ProcessSet, ranks: Sequence[int]) -> ProcessSet:
     return process_set
 
 
-def _comm_ranks(comms: list[Any]) -> list[list[int]]:
-    """The ranks (of ringlet's communicator) in each mpi4py communicator of ``comms``; a rank
-    outside one holds MPI.COMM_NULL for it. Collective."""
-    from mpi4py import MPI
-
-    member = [comm != MPI.COMM_NULL for comm in comms]
-    everyone = ringlet.allgather_object(member)
-    return [[r for r, flags in enumerate(everyone) if flags[i]] for i in range(len(comms))]
+def _sets_to_add(process_sets: list[ProcessSet]) -> list[tuple[int, ...]]:
+    """The ranks of each set that ``init(process_sets=...)`` adds, in order, the same on every
+    rank. A set given by an mpi4py communicator (each rank passing its own part, e.g. of a
+    ``Split``) stands for every part: its ranks become this rank's part. Collective."""
+    parts = [tuple(sorted(ps.mpi_comm.allgather(ringlet.rank()))) if ps.ranks is None else None
+             for ps in process_sets]
+    everyone = ringlet.allgather_object(parts)
+    wanted: list[tuple[int, ...]] = []
+    for i, ps in enumerate(process_sets):
+        if ps.ranks is not None:
+            wanted.append(tuple(ps.ranks))
+        else:
+            wanted.extend(sorted({theirs[i] for theirs in everyone}))
+            ps.ranks = list(parts[i] or ())
+    return wanted
 
 
 class Backend:
@@ -373,17 +380,17 @@ class Horovod:
         if process_sets is None or process_sets == "dynamic":
             return
         sets = list(process_sets)
-        comms = [ps for ps in sets if ps.ranks is None and ps.mpi_comm is not None]
-        for ps, ranks in zip(comms, _comm_ranks([ps.mpi_comm for ps in comms])):
-            ps.ranks = ranks
-        seen = {tuple(global_process_set.ranks)}
+        wanted = _sets_to_add(sets)
+        existing = [added.ranks for added in ringlet.process_sets()]
+        repeated = [ranks for i, ranks in enumerate(wanted) if ranks in existing + wanted[:i]]
+        if repeated:
+            raise ValueError(f"Attempted to add duplicate process sets: {repeated} (every rank "
+                             "raises; none was added)")
+        added = {ranks: ringlet.add_process_set(ranks) for ranks in wanted}
         for ps in sets:
-            key = tuple(ps.ranks or ())
-            if key in seen:
-                ps._invalidate()  # a copy of one already added, as Horovod treats it
-                continue
-            seen.add(key)
-            _add(ps, ps.ranks or [])
+            chosen = added[tuple(ps.ranks or ())]
+            ps.process_set_id, ps._set = chosen.id, chosen
+            _added[chosen.id] = ps
 
     shutdown = staticmethod(ringlet.shutdown)
     is_initialized = staticmethod(ringlet.is_initialized)
@@ -474,8 +481,7 @@ class Horovod:
             raise NotImplementedError(
                 "Dynamically adding process sets defined by an MPI communicator is not "
                 "implemented. Please build the process set via a list of ranks.")
-        existing = [global_process_set.ranks, *(ps.ranks for ps in _added.values())]
-        if process_set.ranks in existing:
+        if tuple(process_set.ranks) in [added.ranks for added in ringlet.process_sets()]:
             raise ValueError(f"Attempted to add a duplicate process set: {process_set}")
         return _add(process_set, process_set.ranks)
 
