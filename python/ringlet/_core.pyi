@@ -62,7 +62,6 @@ class RingletError(RuntimeError):
 class MismatchError(RingletError):
     """Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."""
 
-@final
 class Handle:
     """A queued collective."""
 
@@ -72,12 +71,9 @@ class Handle:
         """Once done: (seconds it waited in the queue, seconds it ran)."""
 
 @final
-class ArrayHandle:
+class ArrayHandle(Handle):
     """A queued collective that produces a new array."""
 
-    def done(self) -> bool: ...
-    def wait(self) -> None: ...
-    def timing(self) -> tuple[float, float] | None: ...
     def result(self) -> tuple[npt.NDArray[np.uint8], list[int]]:
         """After wait(): (the bytes, rows from each rank); once only."""
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// A queued collective. `done()` polls; `wait()` blocks (without the GIL) and raises the
 /// collective's error, if any.
-#[pyclass(frozen, module = "ringlet._core")]
+#[pyclass(frozen, subclass, module = "ringlet._core")]
 pub struct Handle {
     completion: Arc<Completion>,
 }
@@ -45,31 +45,15 @@ impl Handle {
 type Produced = (Vec<u64>, usize, Vec<usize>);
 type Take = Box<dyn Fn() -> Option<Produced> + Send + Sync>;
 
-/// A queued collective that produces a new array: `done()` polls, `wait()` blocks and raises
-/// its error, `result()` then returns (its bytes as a uint8 array, rows from each rank).
-#[pyclass(frozen, module = "ringlet._core")]
+/// A queued collective that produces a new array: a [`Handle`] whose `result()`, after
+/// `wait()`, returns (its bytes as a uint8 array, rows from each rank).
+#[pyclass(frozen, extends = Handle, module = "ringlet._core")]
 pub struct ArrayHandle {
-    completion: Arc<Completion>,
     take: Take,
 }
 
 #[pymethods]
 impl ArrayHandle {
-    fn done(&self) -> bool {
-        self.completion.is_done()
-    }
-
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        let completion = self.completion.clone();
-        detached(py, move || completion.wait())
-    }
-
-    fn timing(&self) -> Option<(f64, f64)> {
-        self.completion
-            .timing()
-            .map(|(queued, ran)| (queued.as_secs_f64(), ran.as_secs_f64()))
-    }
-
     /// After `wait()`: (the bytes as a uint8 array, rows from each rank); once only.
     fn result<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
         let (storage, bytes, counts) = (self.take)().ok_or_else(|| {
@@ -82,17 +66,19 @@ impl ArrayHandle {
 }
 
 fn array_handle<T: Send + 'static>(
+    py: Python<'_>,
     queued: Queued<T>,
     produced: impl Fn(T) -> Produced + Send + Sync + 'static,
-) -> ArrayHandle {
+) -> PyResult<Py<ArrayHandle>> {
     let slot = queued.result;
-    ArrayHandle {
+    let take: Take = Box::new(move || {
+        let value = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        value.map(&produced)
+    });
+    let handle = Handle {
         completion: queued.completion,
-        take: Box::new(move || {
-            let value = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-            value.map(&produced)
-        }),
-    }
+    };
+    Py::new(py, PyClassInitializer::from(handle).add_subclass(ArrayHandle { take }))
 }
 
 /// Queue an allgather of the C-contiguous `array` (of NumPy dtype `dtype`).
@@ -103,7 +89,7 @@ pub fn allgather_async(
     dtype: &str,
     algorithm: &str,
     process_set: SetId,
-) -> PyResult<ArrayHandle> {
+) -> PyResult<Py<ArrayHandle>> {
     // SAFETY: the array goes to the job below, which keeps it alive until it has run.
     let input = Buffer::of_readable(unsafe { readable_bytes(array, "allgather")? });
     let (shape, itemsize) = (array.shape().to_vec(), array.dtype().itemsize());
@@ -121,7 +107,7 @@ pub fn allgather_async(
             keepalive,
         )?
     };
-    Ok(array_handle(queued, |g| (g.storage, g.bytes, g.counts)))
+    array_handle(array.py(), queued, |g| (g.storage, g.bytes, g.counts))
 }
 
 /// Queue a reduce-scatter of the C-contiguous `array`: this rank's block, `counts` rows each.
@@ -134,7 +120,7 @@ pub fn reduce_scatter_async(
     counts: Vec<usize>,
     algorithm: &str,
     process_set: SetId,
-) -> PyResult<ArrayHandle> {
+) -> PyResult<Py<ArrayHandle>> {
     let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
     // SAFETY: as in `allgather_async`.
     let input = Buffer::of_readable(unsafe { readable_bytes(array, "reduce_scatter")? });
@@ -153,7 +139,7 @@ pub fn reduce_scatter_async(
             keepalive,
         )?
     };
-    Ok(array_handle(queued, |b| (b.storage, b.bytes, Vec::new())))
+    array_handle(array.py(), queued, |b| (b.storage, b.bytes, Vec::new()))
 }
 
 /// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most
