@@ -4,6 +4,7 @@ from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 __all__ = [
     "ArrayHandle",
@@ -62,6 +63,7 @@ class RingletError(RuntimeError):
 class MismatchError(RingletError):
     """Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."""
 
+@disjoint_base
 class Handle:
     """A queued collective."""
 
