@@ -242,3 +242,49 @@ def test_init_adds_sets_given_by_ranks_or_by_the_parts_of_a_communicator() -> No
         for leftover in ringlet.process_sets()[before:]:  # the part this rank is not in, ...
             ringlet.remove_process_set(leftover)
     halves.Free()
+
+
+def test_outside_its_process_set_the_optimizer_is_the_wrapped_one() -> None:
+    """As Horovod's: a rank outside the set reduces nothing; the members average."""
+    size, rank = hvd.size(), hvd.rank()
+    first = hvd.add_process_set([0]) if size > 1 else hvd.global_process_set
+    try:
+        model = torch.nn.Linear(2, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                             process_set=first)
+        model(torch.full((1, 2), float(rank + 1))).sum().backward()
+        optimizer.step()  # rank 0 alone in its set: its own gradient, as everyone else's
+        torch.testing.assert_close(model.weight, torch.full((1, 2), -float(rank + 1)))
+    finally:
+        if size > 1:
+            assert hvd.remove_process_set(first)
+
+
+def test_sparse_as_dense_gives_sparse_gradients_back_for_the_update() -> None:
+    size, rank = hvd.size(), hvd.rank()
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(6, 2, sparse=True)
+    start = embedding.weight.detach().clone()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SparseAdam(embedding.parameters(), lr=0.1),
+                                         sparse_as_dense=True)
+    embedding(torch.tensor([rank % 6])).sum().backward()
+    optimizer.step()  # SparseAdam refuses dense gradients
+    assert embedding.weight.grad.is_sparse
+    touched = {r % 6 for r in range(size)}
+    for row in range(6):
+        assert torch.equal(embedding.weight[row], start[row]) == (row not in touched)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_reducescatter_scales_floats_as_horovod(dtype: torch.dtype) -> None:
+    """In the tensor's precision, 16-bit floats in float32 (Horovod's CPU rule)."""
+    size, rank = hvd.size(), hvd.rank()
+    x = input_of(0, (2 * size, 3)).to(dtype)
+    factor = 0.3183
+    out = hvd.reducescatter(x, op=hvd.Sum, prescale_factor=factor)
+    math = torch.float32 if dtype != torch.float32 else dtype
+    multiplied = (torch.tensor(factor, dtype=math) * x.to(math)).to(dtype)
+    expected = multiplied[2 * rank:2 * rank + 2] * size  # the sum, rounded once to dtype
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

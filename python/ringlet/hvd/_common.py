@@ -373,6 +373,9 @@ class Horovod:
             )
         first_init = not ringlet.is_initialized()
         ringlet.init(comm)
+        # Build auto's decision table now, while every rank is here: later, the first "auto"
+        # call would build it, collectively, and a rank that has joined could not take part.
+        ringlet.selector.choose(8, ringlet.size(), "float32", "sum")
         if first_init:
             for stale in _added.values():
                 stale._invalidate()
@@ -742,14 +745,12 @@ class Horovod:
             return _HandleSet(handle, finish)
         work = np.array(array, order="C", copy=True)
         if pre != 1.0:
-            work *= pre
+            work = _scaled(work, pre)
         handle = ringlet.reduce_scatter_async(work, op_name, process_set=chosen)
 
         def scaled() -> Any:
             mine = handle.wait()
-            if post != 1.0:
-                mine *= post
-            return backend.tensor(mine, tensor)
+            return backend.tensor(_scaled(mine, post) if post != 1.0 else mine, tensor)
 
         return _HandleSet(handle, scaled)
 
@@ -847,6 +848,14 @@ def _prescaled_integers(array: np.ndarray, prescale: float) -> np.ndarray:
     """``array`` times ``prescale`` in float64, truncated toward zero (a new C array)."""
     scaled = np.trunc(array.astype(np.float64) * float(prescale))
     return np.ascontiguousarray(scaled.astype(array.dtype))
+
+
+def _scaled(array: np.ndarray, factor: float) -> np.ndarray:
+    """``array`` times ``factor`` as Horovod scales floats: in the array's own precision, and
+    16-bit floats in float32 (rounding ``factor`` to 16 bits first would be coarser)."""
+    if array.dtype.itemsize == 2:
+        return (array.astype(np.float32) * np.float32(factor)).astype(array.dtype)
+    return array * array.dtype.type(factor)
 
 
 def _reducible_in_place(array: np.ndarray) -> bool:

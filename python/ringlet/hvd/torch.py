@@ -380,14 +380,17 @@ class _GradientHandle:
     """A bucket's reduction: its dense gradients' handle, and its sparse gradients' results,
     which ``synchronize`` installs as the parameters' gradients."""
 
-    def __init__(self, dense: Any, sparse: list[tuple[torch.Tensor, Any]]) -> None:
-        self.dense, self.sparse = dense, sparse
+    def __init__(self, dense: Any, sparse: list[tuple[torch.Tensor, Any]],
+                 densified: list[torch.Tensor]) -> None:
+        self.dense, self.sparse, self.densified = dense, sparse, densified
 
     def synchronize(self) -> None:
         if self.dense is not None:
             self.dense.synchronize()
         for p, result in self.sparse:
             p.grad = result()
+        for p in self.densified:  # sparse_as_dense: sparse again for the update, as Horovod
+            p.grad = p.grad.to_sparse()
 
     def timing(self) -> Any:
         return self.dense.timing() if self.dense is not None else None
@@ -483,6 +486,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if process_set is not None and not process_set.included():
+            params = []  # outside its process set, it is the wrapped optimizer (as Horovod's)
         self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
         self._buckets = _buckets(params, groups, _ringlet_set(process_set))
@@ -512,12 +517,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._launch(bucket)
 
     def _launch(self, bucket: int) -> None:
-        grads, sparse = [], []
+        grads, sparse, densified = [], [], []
         for p in self._buckets[bucket]:
             if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
                 p.grad = torch.zeros_like(p)
             elif p.grad.is_sparse and self._sparse_as_dense:
                 p.grad = p.grad.to_dense()
+                densified.append(p)
             if p.grad.is_sparse:
                 sparse.append((p, sparse_allreduce_async(
                     p.grad, self._parameter_names.get(p), _OPS[self._op], self._process_set)))
@@ -529,7 +535,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             postscale_factor=self._postscale, compression=self._compression,
             process_set=self._process_set,
         ) if grads else None
-        self._handles[bucket] = _GradientHandle(dense, sparse)
+        self._handles[bucket] = _GradientHandle(dense, sparse, densified)
         if self.timeline is not None:
             nbytes = sum(g.numel() * g.element_size() for g in grads)
             self.timeline.launched(bucket, nbytes, submitted, self._handles[bucket])
