@@ -486,11 +486,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse_as_dense = sparse_as_dense
         self._process_set = process_set
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        if process_set is not None and not process_set.included():
-            params = []  # outside its process set, it is the wrapped optimizer (as Horovod's)
         self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
-        self._buckets = _buckets(params, groups, _ringlet_set(process_set))
+        if process_set is not None and not process_set.included():
+            params = []  # outside its process set, it is the wrapped optimizer (as Horovod's)
+        self._buckets = _buckets(params, groups, _ringlet_set(process_set)) if params else []
         self._bucket_of = {id(p): i for i, bucket in enumerate(self._buckets) for p in bucket}
         self._countdown = {id(p): self._passes for p in params}
         self._ready: list[set[int]] = [set() for _ in self._buckets]
