@@ -78,7 +78,10 @@ fn array_handle<T: Send + 'static>(
     let handle = Handle {
         completion: queued.completion,
     };
-    Py::new(py, PyClassInitializer::from(handle).add_subclass(ArrayHandle { take }))
+    Py::new(
+        py,
+        PyClassInitializer::from(handle).add_subclass(ArrayHandle { take }),
+    )
 }
 
 /// Queue an allgather of the C-contiguous `array` (of NumPy dtype `dtype`).
