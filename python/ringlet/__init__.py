@@ -38,6 +38,7 @@ from ._gradients import (
 )
 from ._membership import ProcessSet
 from ._process_sets import add_process_set, process_sets, remove_process_set
+from ._shared import SharedMemory, empty, is_shared, shared_memory, zeros
 from ._runtime import (
     Topology,
     init,
@@ -66,6 +67,7 @@ __all__ = [
     "MismatchError",
     "ProcessSet",
     "RingletError",
+    "SharedMemory",
     "Topology",
     "add_process_set",
     "algorithms",
@@ -82,10 +84,12 @@ __all__ = [
     "broadcast_async",
     "broadcast_object",
     "calibrate",
+    "empty",
     "explain",
     "fusion_threshold_bytes",
     "init",
     "is_initialized",
+    "is_shared",
     "join",
     "mpi_library",
     "owns_mpi",
@@ -98,11 +102,13 @@ __all__ = [
     "reset_stats",
     "selector",
     "settings",
+    "shared_memory",
     "shutdown",
     "size",
     "stats",
     "thread_level",
     "topology",
+    "zeros",
 ]
 
 

@@ -61,6 +61,6 @@ def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str,
     result, name = prepare(x, op, out, algorithm, where.id)
     if algorithm == "auto":
         algorithm = (selector.choose(result.nbytes, size(), name, op) if where.id == 0
-                     else selector.choose_in_set(result.nbytes, where.size, name, op))
+                     else selector.choose_in_set(result.nbytes, where.size, name, op, where.id))
     _core.allreduce(result, name, op, algorithm, where.id)
     return result

@@ -187,7 +187,7 @@ def allreduce_group_async(
     handles = [
         _core.allreduce_group_async(
             group, name, wires[name], op,
-            _set_algorithm(algorithm, group, wires[name], op, threshold, where.size)
+            _set_algorithm(algorithm, group, wires[name], op, threshold, where.size, where.id)
             if where.id else algorithm,
             prescale, postscale, threshold, selector.pack_below(wires[name], where.size),
             where.id,
@@ -198,14 +198,15 @@ def allreduce_group_async(
 
 
 def _set_algorithm(algorithm: str, arrays: list[np.ndarray], wire: str, op: str,
-                   threshold: int, ranks: int) -> str:
+                   threshold: int, ranks: int, process_set: int) -> str:
     """``algorithm`` for a process set's grouped allreduce, "auto" resolved here: the decision
     table in the core is for ringlet's whole communicator, and cannot be rebuilt by a set's
     members alone. The choice is the model's for a fusion buffer's size at the set's size."""
     if algorithm != "auto":
         return algorithm
     wire_bytes = sum(a.size for a in arrays) * ELEMENT_BYTES[wire]
-    return selector.choose_in_set(min(wire_bytes, max(threshold, 1)), ranks, wire, op)
+    return selector.choose_in_set(min(wire_bytes, max(threshold, 1)), ranks, wire, op,
+                                  process_set)
 
 
 def average_gradients(

@@ -6,6 +6,7 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +105,26 @@ def init(comm: Any = None) -> None:
     _owns_mpi, _thread_level = _core.init(handle)
     _user_comm, _group = comm, _core.group()
     _check_mpi4py_library()
+    _warn_without_shared_memory()
     _abort_on_uncaught_exceptions()
+
+
+_warned_about_shared_memory = False
+
+
+def _warn_without_shared_memory() -> None:
+    """Once per process: say so when the node's shared memory could not be had (not when it is
+    off, or the ranks span nodes); the point-to-point algorithms take over."""
+    global _warned_about_shared_memory
+    available, reason, worth_warning = _core.shared_memory(0)
+    if not available and worth_warning and not _warned_about_shared_memory:
+        _warned_about_shared_memory = True
+        warnings.warn(
+            f"ringlet: no shared memory on this node ({reason}); using the point-to-point "
+            "algorithms only",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _abort_on_uncaught_exceptions() -> None:

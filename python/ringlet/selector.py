@@ -79,11 +79,17 @@ def support(algorithm: str, dtype: str, op: str) -> tuple[str, str]:
     return _core.algorithm_support("allreduce", algorithm, dtype, op)
 
 
-def candidates(dtype: str, op: str = "sum") -> tuple[str, ...]:
+def candidates(dtype: str, op: str = "sum", process_set: int = 0) -> tuple[str, ...]:
     """The algorithms ``auto`` may run for ``dtype`` and ``op``: those that reduce them with
     ringlet's own arithmetic (so not "mpi" for 16-bit floats, which MPI lacks, nor for min/max
-    on floats, where MPI_MIN/MPI_MAX treat NaN otherwise; auto must not change an answer)."""
-    return tuple(a for a in ALGORITHMS if support(a, dtype, op)[0] == "full")
+    on floats, where MPI_MIN/MPI_MAX treat NaN otherwise; auto must not change an answer), and
+    that can run on the communicator (so "shm" only where the ranks share memory)."""
+    init()
+    return tuple(
+        a for a in ALGORITHMS
+        if support(a, dtype, op)[0] == "full"
+        and _core.algorithm_unavailable("allreduce", a, process_set) is None
+    )
 
 
 @dataclass
@@ -159,8 +165,9 @@ def predict(algorithm: str, nbytes: int, size: int, dtype: str, params: Paramete
     return model * correction(algorithm, nbytes, params)
 
 
-def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum") -> str:
-    options = candidates(dtype, op)
+def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum",
+         process_set: int = 0) -> str:
+    options = candidates(dtype, op, process_set)
     return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params), options.index(a)))
 
 
@@ -322,14 +329,14 @@ def choose(nbytes: int, size: int, dtype: str, op: str) -> str:
     return _lookup(nbytes, dtype, op)
 
 
-def choose_in_set(nbytes: int, size: int, dtype: str, op: str) -> str:
+def choose_in_set(nbytes: int, size: int, dtype: str, op: str, process_set: int = 0) -> str:
     """The algorithm ``auto`` runs in a process set of ``size`` ranks: the model's best with
     the parameters of ringlet's communicator, which its ranks agreed on when the set was added
     (``ringlet.add_process_set`` installs them), so that every member chooses alike. Local."""
     check_op(op)
     if _params is None:
         raise _core.RingletError("internal: no parameters installed before a process set call")
-    return best(nbytes, size, dtype, _params, op)
+    return best(nbytes, size, dtype, _params, op, process_set)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +366,7 @@ def calibration_key() -> dict[str, Any]:
         "format": CACHE_FORMAT,
         "settings": _core.settings(),
         "algorithms": list(ALGORITHMS),
+        "shared_memory": bool(_core.shared_memory(0)[0]),
     }
 
 

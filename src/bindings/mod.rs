@@ -160,7 +160,7 @@ fn allreduce_fast<'py>(
     let nbytes = array.len() * dtype.size();
     let ready = match algorithm {
         "auto" => auto::choose(dtype, op, nbytes).is_some(),
-        name => runtime::allreduce::choose(name, dtype, op, nbytes).is_ok(),
+        name => runtime::allreduce::can_reduce(name, dtype, op),
     };
     if !ready || !process::is_initialized() {
         return Ok(None);
@@ -454,6 +454,57 @@ fn _test_wrong_length_message(py: Python<'_>, sent: usize, expected: usize) -> P
     })
 }
 
+/// Whether `process_set` has the node's shared memory: (available, why not, worth a warning).
+#[pyfunction]
+#[pyo3(signature = (process_set = 0))]
+fn shared_memory(process_set: SetId) -> PyResult<(bool, String, bool)> {
+    Ok(runtime::shared::status(process_set)?)
+}
+
+/// Why `algorithm` cannot run on `process_set`, or None if it can.
+#[pyfunction]
+#[pyo3(signature = (collective, algorithm, process_set = 0))]
+fn algorithm_unavailable(
+    collective: &str,
+    algorithm: &str,
+    process_set: SetId,
+) -> PyResult<Option<String>> {
+    Ok(runtime::unavailable(collective, algorithm, process_set)?)
+}
+
+/// `nbytes` of zeroed shared memory on every rank of `process_set` (collective).
+#[pyfunction]
+#[pyo3(signature = (nbytes, process_set = 0))]
+fn shared_empty(py: Python<'_>, nbytes: usize, process_set: SetId) -> PyResult<SharedBuffer> {
+    let array = detached(py, || runtime::shared::allocate(nbytes, process_set))?;
+    Ok(SharedBuffer { array })
+}
+
+/// This rank's part of a shared allocation; NumPy arrays view it through
+/// `__array_interface__` and keep it alive.
+#[pyclass(frozen, module = "ringlet._core")]
+pub struct SharedBuffer {
+    array: runtime::shared::SharedArray,
+}
+
+#[pymethods]
+impl SharedBuffer {
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.array.len()
+    }
+
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let interface = PyDict::new(py);
+        interface.set_item("shape", (self.array.len(),))?;
+        interface.set_item("typestr", "|u1")?;
+        interface.set_item("data", (self.array.as_ptr() as usize, false))?;
+        interface.set_item("version", 3)?;
+        Ok(interface)
+    }
+}
+
 #[pymodule(gil_used = true)]
 mod _core {
     #[pymodule_export]
@@ -468,10 +519,11 @@ mod _core {
     #[pymodule_export]
     use super::{
         _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,
-        algorithm_support, algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_choice,
-        barrier, broadcast, check_algorithm, clear_auto_table, dtypes, finalize, group, init,
-        is_initialized, join, kernel_level, measure_combine, measure_sendrecv, mpi_library, ops,
-        process_sets, reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table,
-        set_stats_enabled, set_thread_key, settings, shutdown, stats, wait_policy,
+        algorithm_support, algorithm_unavailable, algorithms, allgather, allreduce, allreduce_fast,
+        alltoall, auto_choice, barrier, broadcast, check_algorithm, clear_auto_table, dtypes,
+        finalize, group, init, is_initialized, join, kernel_level, measure_combine,
+        measure_sendrecv, mpi_library, ops, process_sets, reduce_scatter, refuse,
+        remove_process_set, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
+        settings, shared_empty, shared_memory, shutdown, stats, wait_policy, SharedBuffer,
     };
 }

@@ -9,6 +9,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::{self, Allreduce, Factors, Parts, ALLREDUCE};
 use crate::stats;
+use crate::transport::Transport;
 use crate::worker;
 use std::time::Instant;
 
@@ -40,7 +41,7 @@ pub fn allreduce_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<()> {
-    let chosen = choose(algorithm, dtype, op, buf.len()).and_then(|schedule| {
+    let chosen = choose(algorithm, dtype, op, buf.len(), comm.transport()).and_then(|schedule| {
         check_array(buf, dtype, shape)?;
         Ok(schedule)
     });
@@ -81,24 +82,44 @@ pub fn allreduce_on(
 }
 
 /// The schedule `algorithm` names ("auto": the decision table's choice for `nbytes`), if it
-/// can reduce `dtype` with `op`.
+/// can reduce `dtype` with `op` on `transport`.
 pub fn choose(
     algorithm: &str,
     dtype: DType,
     op: ReduceOp,
     nbytes: usize,
+    transport: &dyn Transport,
 ) -> Result<&'static dyn Allreduce> {
     let schedule = if algorithm == "auto" {
-        auto::choose(dtype, op, nbytes).ok_or_else(|| {
+        let chosen = auto::choose(dtype, op, nbytes).ok_or_else(|| {
             CoreError::InvalidArgument(
                 "internal: \"auto\" has no decision table yet (ringlet.selector builds it)".into(),
             )
-        })?
+        })?;
+        // The table is the world's; a process set without shared memory takes the ring instead.
+        match chosen.unavailable(transport) {
+            None => chosen,
+            Some(_) => schedules::find(ALLREDUCE, "ring")?,
+        }
     } else {
         schedules::find(ALLREDUCE, algorithm)?
     };
     schedules::check_support(ALLREDUCE, schedule, dtype, op)?;
+    if let Some(why) = schedule.unavailable(transport) {
+        return Err(CoreError::InvalidArgument(format!(
+            "algorithm {:?} cannot run here: {why}",
+            schedule.name()
+        )));
+    }
     Ok(schedule)
+}
+
+/// Whether `name` is a registered algorithm that can reduce `dtype` with `op` (wherever it
+/// can run).
+pub fn can_reduce(name: &str, dtype: DType, op: ReduceOp) -> bool {
+    schedules::find(ALLREDUCE, name)
+        .and_then(|schedule| schedules::check_support(ALLREDUCE, schedule, dtype, op))
+        .is_ok()
 }
 
 /// `buf` holds an array of `shape` in whole, aligned `dtype` elements.

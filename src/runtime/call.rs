@@ -15,10 +15,12 @@ pub enum Kind {
     Barrier,
     /// A rank with no more collectives to make (see [`super::join`]).
     Join,
+    /// An array in shared memory (see [`super::shared`]).
+    Allocate,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Allreduce,
         Kind::Broadcast,
         Kind::Allgather,
@@ -26,6 +28,7 @@ impl Kind {
         Kind::Alltoall,
         Kind::Barrier,
         Kind::Join,
+        Kind::Allocate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +40,7 @@ impl Kind {
             Kind::Alltoall => "alltoall",
             Kind::Barrier => "barrier",
             Kind::Join => "join",
+            Kind::Allocate => "allocate",
         }
     }
 

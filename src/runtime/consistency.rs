@@ -1,6 +1,8 @@
 //! Before each collective the ranks agree on what they are about to do. One small allreduce
 //! of (sequence number, digest of the call) and their negations, combined with max, answers
 //! "do all ranks agree?" (they do iff every maximum equals minus the maximum of the negation);
+//! where the ranks share memory, each posts its pair at the flags and reads the others' instead,
+//! which costs one meeting and no message;
 //! only when they do not, an allgather of everyone's description names who passed what, and
 //! every rank raises the same `MismatchError` before any data moves.
 //!
@@ -12,6 +14,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::recursive_doubling::RecursiveDoubling;
 use crate::schedules::{self, ring, Parts, Tuning};
+use crate::transport::shm::SharedMemory;
 use crate::transport::Transport;
 
 /// How a rank takes part in a call, besides its description.
@@ -65,22 +68,10 @@ pub fn agree(
     if transport.size() == 1 {
         return Ok(Agreement::Same);
     }
-    let mine = [seq as i64, digest as i64];
-    let mut extremes = [
-        mine[0],
-        mine[1],
-        mine[0].wrapping_neg(),
-        mine[1].wrapping_neg(),
-    ];
-    schedules::allreduce_one(
-        transport,
-        &RecursiveDoubling,
-        bytemuck::cast_slice_mut(&mut extremes),
-        DType::I64,
-        ReduceOp::Max,
-        &Tuning::default(),
-    )?;
-    let agreed = (0..2).all(|i| extremes[i] == extremes[2 + i].wrapping_neg());
+    let agreed = match transport.shared() {
+        Some(shared) => agree_in_shared_memory(transport, shared, seq, digest)?,
+        None => agree_by_message(transport, seq, digest)?,
+    };
     if agreed {
         return Ok(Agreement::Same);
     }
@@ -122,8 +113,42 @@ pub fn agree(
     }
 }
 
+/// Whether every rank passed (`seq`, `digest`): one allreduce of 32 bytes (max of the values
+/// and of their negations).
+fn agree_by_message(transport: &dyn Transport, seq: u64, digest: u64) -> Result<bool> {
+    let mine = [seq as i64, digest as i64];
+    let mut extremes = [
+        mine[0],
+        mine[1],
+        mine[0].wrapping_neg(),
+        mine[1].wrapping_neg(),
+    ];
+    schedules::allreduce_one(
+        transport,
+        &RecursiveDoubling,
+        bytemuck::cast_slice_mut(&mut extremes),
+        DType::I64,
+        ReduceOp::Max,
+        &Tuning::default(),
+    )?;
+    Ok((0..2).all(|i| extremes[i] == extremes[2 + i].wrapping_neg()))
+}
+
+/// The same in shared memory: each rank posts its (`seq`, `digest`) with a step, then reads
+/// everyone's. One meeting at the flags, no message.
+fn agree_in_shared_memory(
+    transport: &dyn Transport,
+    shared: &dyn SharedMemory,
+    seq: u64,
+    digest: u64,
+) -> Result<bool> {
+    let flags = shared.flags();
+    let step = flags.sync(transport, [seq, digest, 0, 0])?;
+    Ok((0..transport.size()).all(|r| flags.words(r, step)[..2] == [seq, digest]))
+}
+
 /// Every rank's `bytes`, in rank order. Collective.
-fn gather_blobs(transport: &dyn Transport, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn gather_blobs(transport: &dyn Transport, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
     let (n, rank) = (transport.size(), transport.rank());
     let mut lengths = vec![0u64; n];
     lengths[rank] = bytes.len() as u64;

@@ -181,7 +181,7 @@ pub fn allreduce_group_on(
     for (index, run) in runs.iter().cloned().enumerate() {
         let wire_bytes: usize = wire_lengths[run.clone()].iter().sum();
         let op = if compressed { wire_op } else { group.op };
-        let chosen = choose(&group.algorithm, wire, op, wire_bytes);
+        let chosen = choose(&group.algorithm, wire, op, wire_bytes, comm.transport());
         let call = Call {
             algorithm: chosen.as_ref().map_or("-", |s| s.name()),
             part: Some((index, runs.len())),
@@ -191,7 +191,12 @@ pub fn allreduce_group_on(
             Ok(schedule) => schedule,
             Err(error) => return comm.refuse(&call, error),
         };
-        let packs = compressed || (run.len() > 1 && wire_bytes / run.len() < group.pack_below);
+        // A schedule that copies the vector in anyway gathers the arrays as it does: packing
+        // first would only add a copy.
+        let packs = compressed
+            || (run.len() > 1
+                && wire_bytes / run.len() < group.pack_below
+                && !schedule.packs_itself());
         // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
         // wire only sums, and unpacking widens, divides and scales in one pass.
         let wire_factors = if compressed { Factors::NONE } else { factors };

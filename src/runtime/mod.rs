@@ -23,6 +23,7 @@ pub mod join;
 pub mod mpi_library;
 pub mod process;
 pub mod reduce_scatter;
+pub mod shared;
 pub mod stall;
 
 use crate::dtype::{names, DType, ReduceOp};
@@ -97,7 +98,7 @@ fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
         Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
         Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
         Kind::Alltoall => schedules::ALLTOALL.iter().map(|&a| a as _).collect(),
-        Kind::Barrier | Kind::Join => {
+        Kind::Barrier | Kind::Join | Kind::Allocate => {
             return Err(CoreError::InvalidArgument(format!(
                 "{collective} has no algorithms to choose from"
             )))
@@ -135,6 +136,12 @@ pub fn support(
         Support::OwnArithmetic(reason) => ("own_arithmetic", reason),
         Support::No(reason) => ("no", reason),
     })
+}
+
+/// Why algorithm `name` cannot run on process set `set`, if it cannot.
+pub fn unavailable(collective: &str, name: &str, set: SetId) -> Result<Option<String>> {
+    let algorithm = find_algorithm(collective, name)?;
+    process::with_communicator(set, |comm| Ok(algorithm.unavailable(comm.transport())))
 }
 
 /// `Err` naming the algorithms that can, unless `name` ("auto" or registered) can reduce

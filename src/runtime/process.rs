@@ -9,6 +9,7 @@ use super::stall::{stderr_sink, StallPolicy};
 use crate::error::{CoreError, Result};
 use crate::kernels::Level;
 use crate::transport::mpi::{check, MpiTransport};
+use crate::transport::mpi_shm::Unavailable;
 use mpi::environment::Universe;
 use mpi::ffi;
 use mpi::Threading;
@@ -132,7 +133,8 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
         state.clear_sets();
         state.communicator = None;
         // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
-        let transport = unsafe { MpiTransport::duplicate(handle)? };
+        let mut transport = unsafe { MpiTransport::duplicate(handle)? };
+        transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         state.communicator = Some(Communicator::new(transport, options)?);
         crate::auto::clear(); // its choices were for the previous communicator
     }
@@ -181,6 +183,28 @@ pub fn with_communicator<R>(set: SetId, f: impl FnOnce(&Communicator) -> Result<
     }
 }
 
+/// Whether process set `set` has the node's shared memory, and if not, why not and whether that
+/// deserves a warning (it failed, rather than being off or impossible).
+pub fn shared_memory(set: SetId) -> Result<(bool, String, bool)> {
+    let state = state();
+    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    let communicator = if set == WORLD {
+        world
+    } else {
+        state.sets.get(&set).ok_or_else(|| {
+            CoreError::InvalidArgument(format!("this rank is in no process set {set}"))
+        })?
+    };
+    Ok(match communicator.transport().shared_memory_unavailable() {
+        None => (true, String::new(), false),
+        Some(why) => (
+            false,
+            why.to_string(),
+            matches!(why, Unavailable::Failed(_)),
+        ),
+    })
+}
+
 /// Add a process set of `ranks` (sorted, distinct ranks of ringlet's communicator) and return
 /// its id. Collective over ringlet's communicator: every rank calls it with the same ranks,
 /// members or not (the caller has agreed on them), after any queued work.
@@ -199,7 +223,8 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
         .transport()
         .split(ranks.binary_search(&world.rank()).is_ok())?;
     let id = state.next_set;
-    if let Some(transport) = part {
+    if let Some(mut transport) = part {
+        transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         let mut options = options_from_env()?;
         options.host = mpi_library::processor_name();
         let mut communicator = Communicator::new(transport, options)?;

@@ -38,6 +38,7 @@ registry!(
         pipelined_ring::PipelinedRing,
         halving_doubling::HalvingDoubling,
         recursive_doubling::RecursiveDoubling,
+        shm::Shm,
         mpi::Mpi,
     ]
 );
@@ -233,6 +234,17 @@ pub trait Algorithm: Sync {
     /// the data before and after).
     fn folds_scaling(&self) -> bool {
         false
+    }
+
+    /// Whether it copies the vector into memory of its own anyway (so many small arrays cost it
+    /// no more than one, and the caller should not pack them first).
+    fn packs_itself(&self) -> bool {
+        false
+    }
+
+    /// Why it cannot run on `transport`, if it cannot (the same answer on every rank).
+    fn unavailable(&self, _transport: &dyn Transport) -> Option<String> {
+        None
     }
 }
 

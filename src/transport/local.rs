@@ -4,6 +4,7 @@
 //! receive completes when the matching bytes are taken from the channel. Each transport counts
 //! what it sends, so tests can check a schedule's traffic exactly.
 
+use super::shm::{LocalShared, SharedMemory};
 use super::{
     message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -30,6 +31,7 @@ pub struct LocalTransport {
     bytes_sent: Cell<usize>,
     messages_sent: Cell<usize>,
     largest_message: Cell<usize>,
+    shared: Option<LocalShared>,
 }
 
 impl LocalTransport {
@@ -55,8 +57,9 @@ impl LocalTransport {
             .into_iter()
             .zip(receivers)
             .zip(notices)
+            .zip(LocalShared::group(size))
             .enumerate()
-            .map(|(rank, ((to, from), notices))| LocalTransport {
+            .map(|(rank, (((to, from), notices), shared))| LocalTransport {
                 rank,
                 to,
                 from,
@@ -67,8 +70,16 @@ impl LocalTransport {
                 bytes_sent: Cell::new(0),
                 messages_sent: Cell::new(0),
                 largest_message: Cell::new(0),
+                shared: Some(shared),
             })
             .collect()
+    }
+
+    /// This rank without shared memory, as ranks on different nodes are (every rank of a group
+    /// must make the same choice).
+    pub fn without_shared_memory(mut self) -> Self {
+        self.shared = None;
+        self
     }
 
     /// Payload bytes this rank has sent.
@@ -241,5 +252,9 @@ impl Transport for LocalTransport {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn shared(&self) -> Option<&dyn SharedMemory> {
+        self.shared.as_ref().map(|s| s as &dyn SharedMemory)
     }
 }

@@ -14,12 +14,17 @@
 //! non-overtaking rule for one communicator and tag), and receives are matched in the order
 //! they are posted.
 //!
+//! When all of its ranks run on one node, a transport may also offer [`shm::SharedMemory`]:
+//! flags, staging areas and arrays that every rank maps, for the shared-memory schedules.
+//!
 //! Besides data, a transport carries *notices*: single `u64`s on a separate channel that never
 //! match data messages (the runtime's stall inspector reports with them). And while a wait
 //! lasts, the transport tells its [`Watcher`], if it has one, how long it has been waiting.
 
 pub mod local;
 pub mod mpi;
+pub mod mpi_shm;
+pub mod shm;
 pub mod waiting;
 
 use crate::error::{CoreError, Result};
@@ -258,6 +263,15 @@ pub trait Transport {
 
     /// The concrete transport, for a schedule that calls a library's own collective.
     fn as_any(&self) -> &dyn Any;
+
+    /// Let the library move messages that earlier calls left queued (MPI progresses only inside
+    /// its calls: a rank that waits in shared memory must still let its eager sends drain).
+    fn progress(&self) {}
+
+    /// Memory every rank maps, if all ranks share one node and it could be had.
+    fn shared(&self) -> Option<&dyn shm::SharedMemory> {
+        None
+    }
 }
 
 /// Byte ranges of at most `limit` bytes, cut at multiples of `align`, covering `0..len`.

@@ -8,6 +8,8 @@
 //! status is checked: a message of another length than expected is an error, never a silently
 //! short buffer.
 
+use super::mpi_shm::{MpiShared, Unavailable};
+use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
     message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
@@ -39,6 +41,8 @@ pub fn in_place() -> *mut c_void {
 const TAG: c_int = 0x52_4c; // "RL"
 /// Notices (diagnostics), off the data path.
 const NOTICE_TAG: c_int = TAG + 1;
+/// Probed, never sent: a probe drives MPI's progress.
+const PROGRESS_TAG: c_int = TAG + 2;
 
 pub struct MpiTransport {
     /// `None` only after MPI was finalized under us; then the handle is leaked, not freed.
@@ -47,6 +51,8 @@ pub struct MpiTransport {
     size: usize,
     max_message_bytes: usize,
     watcher: Option<Arc<dyn Watcher>>,
+    /// The node segment, or why there is none.
+    shared: std::result::Result<MpiShared, Unavailable>,
 }
 
 // SAFETY: an MPI communicator handle may be used from any thread of the process as long as the
@@ -128,7 +134,20 @@ impl MpiTransport {
             size: size as usize,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             watcher: None,
+            shared: Err(Unavailable::Disabled),
         })
+    }
+
+    /// Set up the node segment if every rank runs on one node (and `enabled`, the same on every
+    /// rank); otherwise record why not. Collective over this communicator.
+    pub fn attach_shared_memory(&mut self, enabled: bool) -> Result<()> {
+        self.shared = MpiShared::attach(self.raw()?, self.rank, self.size, enabled);
+        Ok(())
+    }
+
+    /// Why this communicator has no shared memory, if it has none.
+    pub fn shared_memory_unavailable(&self) -> Option<&Unavailable> {
+        self.shared.as_ref().err()
     }
 
     /// The communicator's handle, for a schedule that calls the library's own collective.
@@ -468,6 +487,27 @@ impl Transport for MpiTransport {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn progress(&self) {
+        let Ok(comm) = self.raw() else {
+            return;
+        };
+        let mut flag: c_int = 0;
+        // SAFETY: probing a live communicator for a tag nothing sends; `flag` is a live local.
+        unsafe {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                PROGRESS_TAG,
+                comm,
+                &mut flag,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+    }
+
+    fn shared(&self) -> Option<&dyn SharedMemory> {
+        self.shared.as_ref().ok().map(|s| s as &dyn SharedMemory)
     }
 }
 

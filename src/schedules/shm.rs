@@ -1,0 +1,410 @@
+//! `shm`: allreduce through memory that every rank of one node maps, as DeepSpeed's and vLLM's
+//! CPU allreduce and MPICH's release_gather do. No message moves; ranks copy and reduce each
+//! other's memory, and meet at cache-line flags ([`crate::transport::shm`]).
+//!
+//! - **One-shot** (at most [`ONE_SHOT_MAX`] bytes): each rank copies its vector into its staging
+//!   area, posts one step, and then reduces every rank's copy into its own vector. One meeting
+//!   per call; the areas alternate by step parity, so the next call never overwrites what a
+//!   slower rank still reads (to post two steps later a rank must have seen that rank's next).
+//! - **Two-shot** (larger): the vector goes in chunks of [`CHUNK_BYTES`], each cut into one
+//!   slice per rank. For each chunk a rank copies it in, meets the others, then copies out the
+//!   previous chunk's reduced slices while reducing its own slice of this chunk, in place. The
+//!   staging area is a ring of three chunk slots, so memory stays bounded and cache-resident
+//!   whatever the size. A vector that already lives in shared memory (a `ringlet.empty` array)
+//!   is not copied in: the others reduce it where it is, and only the results are copied out.
+//!
+//! Every element is reduced in rank order, `x0 ⊕ x1 ⊕ ... ⊕ x(N-1)`, whichever rank reduces
+//! it, so every rank ends with the same bits; 16-bit floats are accumulated in f32 across all
+//! ranks and rounded once.
+
+use super::blocks::Blocks;
+use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+use crate::kernels::{self, convert, Order};
+use crate::scratch::Scratch;
+use crate::transport::shm::{SharedMemory, AREA_BYTES, WORDS};
+use crate::transport::Transport;
+
+pub struct Shm;
+
+/// Vectors up to this size take the one-shot path on 2 ranks (two of them fit a staging area).
+pub const ONE_SHOT_MAX: usize = 64 << 10;
+
+/// The largest one-shot vector on `ranks` ranks: 64 KiB·(2/N)³. Each rank reads N vectors in
+/// the one-shot, against about two in the two-shot, so the one-shot pays only while a meeting
+/// costs more than the extra reading; the cube keeps the switch below the point where the
+/// model's time would drop (it never decreases with size, see the selector's tests).
+pub fn one_shot_max(ranks: usize) -> usize {
+    let n = ranks.max(2);
+    ONE_SHOT_MAX * 8 / (n * n * n)
+}
+/// The two-shot path's chunk (three slots fit a staging area).
+pub const CHUNK_BYTES: usize = 1 << 20;
+const SLOTS: usize = 3;
+const _: () = assert!(2 * ONE_SHOT_MAX <= AREA_BYTES && SLOTS * CHUNK_BYTES <= AREA_BYTES);
+
+/// Elements combined per pass of the fold (an f32 block of this many stays in L1).
+const FOLD_ELEMENTS: usize = 2048;
+
+/// A published location: the vector is in the staging area, or in a shared array.
+const STAGED: u64 = 0;
+const IN_ARRAY: u64 = 1;
+
+/// The cost of a meeting at the flags, in alphas (a cache line crossing cores, not a message).
+const MEETING: f64 = 0.25;
+
+impl Algorithm for Shm {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
+        let (n, m) = (ranks as f64, bytes as f64);
+        if bytes <= one_shot_max(ranks) {
+            return Cost {
+                messages: MEETING,
+                bytes: m,
+                reduced: n * m,
+            };
+        }
+        let chunks = bytes.div_ceil(CHUNK_BYTES) as f64;
+        Cost {
+            messages: MEETING * (chunks + 2.0),
+            bytes: m + (n - 1.0) / n * m,
+            reduced: m,
+        }
+    }
+
+    fn packs_itself(&self) -> bool {
+        true
+    }
+
+    fn unavailable(&self, transport: &dyn Transport) -> Option<String> {
+        // One rank has nothing to reduce: it runs anywhere.
+        (transport.size() > 1 && transport.shared().is_none()).then(|| {
+            "it needs every rank on one node, with shared memory (see ringlet.shared_memory())"
+                .to_string()
+        })
+    }
+}
+
+impl Allreduce for Shm {
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut Parts,
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        let shared = transport.shared().ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "algorithm \"shm\" is not available here: {}",
+                self.unavailable(transport).unwrap_or_default()
+            ))
+        })?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if buf.len() <= one_shot_max(transport.size()) {
+            one_shot(transport, shared, buf, reduction)
+        } else {
+            two_shot(transport, shared, buf, reduction)
+        }
+    }
+}
+
+fn one_shot(
+    transport: &dyn Transport,
+    shared: &dyn SharedMemory,
+    buf: &mut Parts,
+    reduction: &Reduction,
+) -> Result<()> {
+    let flags = shared.flags();
+    let ranks = flags.ranks();
+    let len = buf.len();
+    let half = (flags.next_step() % 2) as usize * (AREA_BYTES / 2);
+    let slot = |rank: usize| shared.area(rank).wrapping_add(half) as *const u8;
+    // SAFETY: this rank's half-area is its own until it posts (the others finished reading it
+    // two steps ago), and `len` fits it.
+    unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len) };
+    flags.sync(transport, [STAGED; WORDS])?;
+    let sources: Vec<*const u8> = (0..ranks).map(slot).collect();
+    let mut offset = 0;
+    for part in buf.parts_mut() {
+        let at: Vec<*const u8> = sources.iter().map(|s| s.wrapping_add(offset)).collect();
+        let part_len = part.len();
+        // SAFETY: every rank's half-area holds its `len` bytes, posted before the step just
+        // met, and nobody writes them until after this rank's next post; the part is private.
+        unsafe { fold(reduction, &at, &[part.as_mut_ptr()], part_len)? };
+        offset += part_len;
+    }
+    Ok(())
+}
+
+/// Where a rank's vector lies for the two-shot path.
+#[derive(Clone, Copy)]
+enum Source {
+    /// In its staging area, one chunk per slot.
+    Staged(*mut u8),
+    /// At this address in a shared array, whole.
+    InArray(*mut u8),
+}
+
+impl Source {
+    /// The start of chunk `chunk` (which starts at byte `start` of the vector).
+    fn chunk(self, chunk: usize, start: usize) -> *mut u8 {
+        match self {
+            Source::Staged(area) => area.wrapping_add((chunk % SLOTS) * CHUNK_BYTES),
+            Source::InArray(base) => base.wrapping_add(start),
+        }
+    }
+}
+
+/// How this rank's own vector takes part in the two-shot path.
+#[derive(Clone, Copy, PartialEq)]
+enum Own {
+    /// It lives in a shared array: reduced in place, nothing copied in.
+    InArray,
+    /// One private buffer: only the others' slices are copied in, this rank reads its own slice
+    /// where it is, and writes its reduced slice both there and to its area for the others.
+    Private(*mut u8),
+    /// Several private buffers: every chunk is copied in whole, and copied out whole.
+    Pieces,
+}
+
+fn two_shot(
+    transport: &dyn Transport,
+    shared: &dyn SharedMemory,
+    buf: &mut Parts,
+    reduction: &Reduction,
+) -> Result<()> {
+    let flags = shared.flags();
+    let (rank, ranks) = (flags.rank(), flags.ranks());
+    let len = buf.len();
+    let elem = reduction.elem_size();
+    let in_array = match buf.parts() {
+        [only] => shared.locate(only.as_ptr(), len),
+        _ => None,
+    };
+    let own = match (in_array, buf.parts_mut()) {
+        (Some(_), _) => Own::InArray,
+        (None, [only]) => Own::Private(only.as_mut_ptr()),
+        _ => Own::Pieces,
+    };
+    let words = match in_array {
+        Some((id, offset)) => [IN_ARRAY, id, offset as u64, 0],
+        None => [STAGED; WORDS],
+    };
+    // Meet first: the others may still read this rank's area from a one-shot call.
+    let step = flags.sync(transport, words)?;
+    let mut sources = Vec::with_capacity(ranks);
+    for r in 0..ranks {
+        sources.push(match flags.words(r, step) {
+            [IN_ARRAY, id, offset, _] => {
+                let (base, size) = shared.part(id, r).ok_or_else(|| {
+                    CoreError::Communication(format!("internal: rank {r}'s shared array {id}"))
+                })?;
+                if offset as usize + len > size {
+                    return Err(CoreError::Communication(format!(
+                        "internal: rank {r}'s vector overruns its shared array"
+                    )));
+                }
+                Source::InArray(base.wrapping_add(offset as usize))
+            }
+            _ => Source::Staged(shared.area(r)),
+        });
+    }
+    let mine = sources[rank];
+    let chunks = len.div_ceil(CHUNK_BYTES);
+    let chunk_range = |c: usize| c * CHUNK_BYTES..((c + 1) * CHUNK_BYTES).min(len);
+    let slices = |c: usize| Blocks::new(chunk_range(c).len() / elem, ranks, elem);
+    for c in 0..=chunks {
+        if c < chunks && own != Own::InArray {
+            let range = chunk_range(c);
+            let slot = mine.chunk(c, range.start);
+            // The others need every slice of this chunk but this rank's own, unless this rank
+            // must reduce in its area (several buffers).
+            let skip = match own {
+                Own::Private(_) => slices(c).block(rank),
+                _ => 0..0,
+            };
+            for part in [0..skip.start, skip.end..range.len()] {
+                // SAFETY: slot c % 3 of this rank's area is its own: the others read it last
+                // for chunk c - 3, before their post that this rank waited for at chunk c - 1.
+                unsafe {
+                    gather(buf, range.start + part.start, slot.wrapping_add(part.start), part.len())
+                };
+            }
+        }
+        flags.sync(transport, [0; WORDS])?;
+        if c >= 1 {
+            let range = chunk_range(c - 1);
+            for (r, source) in sources.iter().enumerate() {
+                if r == rank && own != Own::Pieces {
+                    continue; // reduced where it is already
+                }
+                let slice = slices(c - 1).block(r);
+                let from = source.chunk(c - 1, range.start).wrapping_add(slice.start);
+                // SAFETY: rank r reduced this slice before the step just met and writes it
+                // no more; the destination is this rank's own.
+                unsafe { scatter(from, buf, range.start + slice.start, slice.len())? };
+            }
+        }
+        if c < chunks {
+            let range = chunk_range(c);
+            let slice = slices(c).block(rank);
+            let at = |source: Source| {
+                source.chunk(c, range.start).wrapping_add(slice.start) as *const u8
+            };
+            let mut inputs: Vec<*const u8> = sources.iter().map(|&s| at(s)).collect();
+            let in_area = mine.chunk(c, range.start).wrapping_add(slice.start);
+            let outputs = match own {
+                Own::Private(base) => {
+                    let here = base.wrapping_add(range.start + slice.start);
+                    inputs[rank] = here;
+                    vec![here, in_area]
+                }
+                _ => vec![in_area],
+            };
+            // SAFETY: every rank's chunk c is in place (posted before the step just met); this
+            // rank alone reads and writes slice `rank` of it (and of its own buffer) until the
+            // next step.
+            unsafe { fold(reduction, &inputs, &outputs, slice.len())? };
+        }
+    }
+    // Nobody may read this rank's memory once it returns (its array is the caller's again).
+    flags.sync(transport, [0; WORDS])?;
+    Ok(())
+}
+
+/// Copy bytes `start .. start + len` of the vector into `to`.
+///
+/// # Safety
+/// `to` must be valid for `len` bytes that nothing else touches meanwhile.
+unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) {
+    let mut written = 0;
+    let mut offset = 0;
+    for part in buf.parts() {
+        let (lo, hi) = (offset, offset + part.len());
+        offset = hi;
+        let (from, until) = (start.max(lo), (start + len).min(hi));
+        if from >= until {
+            continue;
+        }
+        // SAFETY: the caller's contract for `to`; the part is a live slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                part.as_ptr().add(from - lo),
+                to.add(written),
+                until - from,
+            )
+        };
+        written += until - from;
+    }
+}
+
+/// Copy `len` bytes from `from` into bytes `start .. start + len` of the vector.
+///
+/// # Safety
+/// `from` must be valid for `len` bytes that nothing writes meanwhile.
+unsafe fn scatter(from: *const u8, buf: &mut Parts, start: usize, len: usize) -> Result<()> {
+    let mut read = 0;
+    let mut offset = 0;
+    for part in buf.parts_mut() {
+        let (lo, hi) = (offset, offset + part.len());
+        offset = hi;
+        let (first, until) = (start.max(lo), (start + len).min(hi));
+        if first >= until {
+            continue;
+        }
+        // SAFETY: the caller's contract for `from`; the part is this rank's own.
+        unsafe { std::ptr::copy_nonoverlapping(from.add(read), part.as_mut_ptr().add(first - lo), until - first) };
+        read += until - first;
+    }
+    if read == len {
+        Ok(())
+    } else {
+        Err(CoreError::InvalidArgument("internal: scatter past the vector".into()))
+    }
+}
+
+/// Every output `= sources[0] ⊕ sources[1] ⊕ ... ` over `len` bytes, in that order, a block at
+/// a time (so an output may be one of the sources: each block is read whole before it is
+/// written).
+///
+/// # Safety
+/// Every source must be valid for `len` bytes that nobody writes meanwhile, except the outputs,
+/// each valid for `len` bytes that only this call touches.
+unsafe fn fold(
+    reduction: &Reduction,
+    sources: &[*const u8],
+    outputs: &[*mut u8],
+    len: usize,
+) -> Result<()> {
+    let dtype = reduction.dtype;
+    let op = reduction.op;
+    let sixteen = matches!(dtype, DType::F16 | DType::BF16);
+    let acc_type = if sixteen { DType::F32 } else { dtype };
+    let block = FOLD_ELEMENTS * dtype.size();
+    let mut scratch = Scratch::new(2 * FOLD_ELEMENTS * acc_type.size());
+    let scratch = scratch.bytes(2 * FOLD_ELEMENTS * acc_type.size())?;
+    let (acc, widened) = scratch.split_at_mut(FOLD_ELEMENTS * acc_type.size());
+    // Two inputs, the first output one of them, no widening: combine into it where it is (the
+    // order kept by `Order`), then copy to the other outputs; no accumulator pass.
+    let in_place = match (sixteen, sources, outputs.first()) {
+        (false, [a, b], Some(&out)) if out as *const u8 == *a => Some((*b, Order::AccFirst)),
+        (false, [a, b], Some(&out)) if out as *const u8 == *b => Some((*a, Order::OtherFirst)),
+        _ => None,
+    };
+    let mut done = 0;
+    while done < len {
+        let n = block.min(len - done);
+        if let (Some((other, order)), Some(&out)) = (in_place, outputs.first()) {
+            // SAFETY: the caller's contract: `other` is readable and unwritten; `out` is this
+            // call's alone, and no other slice of it is alive.
+            let (input, target) = unsafe {
+                (
+                    std::slice::from_raw_parts(other.add(done), n),
+                    std::slice::from_raw_parts_mut(out.add(done), n),
+                )
+            };
+            kernels::combine(dtype, op, target, input, order)?;
+            for &copy in &outputs[1..] {
+                // SAFETY: the caller's contract: another output, `n` writable bytes.
+                unsafe { std::ptr::copy_nonoverlapping(out.add(done), copy.add(done), n) };
+            }
+            done += n;
+            continue;
+        }
+        let acc_len = n / dtype.size() * acc_type.size();
+        let acc = &mut acc[..acc_len];
+        for (i, &source) in sources.iter().enumerate() {
+            // SAFETY: the caller's contract: `n` readable bytes at `source + done`, unwritten
+            // while this block is folded (`out`'s block is written only after the loop).
+            let input = unsafe { std::slice::from_raw_parts(source.add(done), n) };
+            match (i, sixteen) {
+                (0, false) => acc.copy_from_slice(input),
+                (0, true) => convert::convert(dtype, input, DType::F32, acc, 1.0)?,
+                (_, false) => kernels::combine(dtype, op, acc, input, Order::AccFirst)?,
+                (_, true) => {
+                    let widened = &mut widened[..acc_len];
+                    convert::convert(dtype, input, DType::F32, widened, 1.0)?;
+                    kernels::combine(DType::F32, op, acc, widened, Order::AccFirst)?;
+                }
+            }
+        }
+        for &out in outputs {
+            // SAFETY: the caller's contract: `n` writable bytes at `out + done`, and no slice
+            // of them is alive (the inputs above are dropped).
+            let target = unsafe { std::slice::from_raw_parts_mut(out.add(done), n) };
+            if sixteen {
+                convert::convert(DType::F32, acc, dtype, target, 1.0)?;
+            } else {
+                target.copy_from_slice(acc);
+            }
+        }
+        done += n;
+    }
+    Ok(())
+}
