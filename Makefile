@@ -149,8 +149,9 @@ test-rust: $(STAMPS)/system
 # the sanitizers need a nightly toolchain, which this machine cannot install).
 memcheck: $(STAMPS)/system
 	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind --error-exitcode=1 -q" \
-		cargo test --test kernels --test schedules -- --test-threads=1 \
-		every_supported_level broadcast long_messages pipelined_ring_with_many_small
+		cargo test --test kernels --test schedules --test shm -- --test-threads=1 \
+		every_supported_level broadcast long_messages pipelined_ring_with_many_small \
+		shm_both_paths_small
 
 lint: setup
 	$(VENV)/bin/ruff check python tests examples benchmarks tools

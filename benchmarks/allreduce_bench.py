@@ -3,7 +3,8 @@
     mpirun -n 2 python benchmarks/allreduce_bench.py [--dtype float32] [--op sum]
         [--min-size 8] [--max-size 256M] [--factor 4] [--algorithms ring,auto,native]
         [--time-budget 4] [--min-iterations 10] [--max-iterations 10000] [--warmup 20]
-        [--bw-size 16M] [--compare-float32] [--markdown] [--no-plot] [--out-dir benchmarks/out]
+        [--bw-size 16M] [--compare-float32] [--rotate] [--markdown] [--no-plot]
+        [--out-dir benchmarks/out]
 
 Method, after osu_allreduce:
 
@@ -21,7 +22,17 @@ Method, after osu_allreduce:
 * Per size, warm-up rounds come first; then as many timed rounds as fit in --time-budget
   seconds, clamped to [--min-iterations, --max-iterations].
 * The lower bound is 2(N-1)/N * m / B (Patarasuk & Yuan, Lemma 5), with B the point-to-point
-  bandwidth measured in the same run with ``Sendrecv`` between ring neighbours.
+  bandwidth measured in the same run with ``Sendrecv`` between ring neighbours, at each
+  message size (a 16 MiB Sendrecv sits in cache; a 256 MiB one does not).
+* The memory-traffic floor is what the ranks of one node must load and store at the least,
+  over the memcpy bandwidth measured at that size: each rank loads its 1/N share of every
+  rank's vector and the N-1 shares the others reduced, (2 - 1/N)m, and stores m, so with
+  memcpy moving a byte (one load, one store) per 1/C seconds the floor is (3 - 1/N)/2 * m / C.
+* "shm@shared" is the ``shm`` algorithm on arrays from ``ringlet.empty`` (in shared memory,
+  reduced where they are), when the ranks share memory.
+* ``--rotate`` cycles every candidate through several buffers that together exceed the
+  last-level cache (twice its size, from sysfs; ``--rotate-bytes`` overrides), so that no call
+  finds its buffer warm in cache from the call before; B and C are then measured rotated too.
 
 Rank 0 prints the table (and Markdown with --markdown) and writes
 ``{out-dir}/allreduce_n{N}_{dtype}_{op}.csv`` and ``.png``.
@@ -30,8 +41,8 @@ Rank 0 prints the table (and Markdown with --markdown) and writes
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
+import itertools
 import socket
 import sys
 import time
@@ -145,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="16-bit dtypes: also time auto on float32 arrays of equal element count",
     )
+    add("--rotate", action="store_true",
+        help="cycle through buffers that together exceed the last-level cache")
+    add("--rotate-bytes", type=parse_size, default=None,
+        help="bytes of buffers to cycle through with --rotate (default: twice the LLC)")
     add("--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the CSV and PNG go")
     add("--markdown", action="store_true", help="also print the tables as Markdown")
     add("--no-plot", action="store_true", help="skip the PNG")
@@ -162,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--warmup must be at least 1")
     if args.compare_float32 and args.dtype not in SIXTEEN_BIT:
         parser.error("--compare-float32 applies to float16 and bfloat16 only")
+    if args.rotate_bytes is None:
+        args.rotate_bytes = 2 * last_level_cache_bytes()
     available = available_candidates(args.dtype, args.op)
     args.candidates = chosen_candidates(parser, args.algorithms, available, args.dtype)
     if args.compare_float32:
@@ -171,9 +188,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+SHM_SHARED = "shm@shared"
+"""The shm algorithm on arrays that live in shared memory (ringlet.empty)."""
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache this machine reports (sysfs), or 32 MiB if it reports none."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = SIZE_SUFFIXES.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=32 << 20)
+
+
 def available_candidates(dtype: str, op: str) -> list[str]:
-    """ringlet's algorithms (read at run time), "auto", and "native" where MPI can do it."""
+    """ringlet's algorithms (read at run time), "shm" on shared arrays where the ranks share
+    memory, "auto", and "native" where MPI can do it."""
     names = list(ringlet.algorithms("allreduce", dtype=dtype, op=op))
+    if "shm" in names and ringlet.shared_memory().available:
+        names.append(SHM_SHARED)
     names.append("auto")
     if dtype in NATIVE_DTYPES and op in MPI_OPS:
         names.append("native")
@@ -214,7 +248,8 @@ def message_counts(min_size: int, max_size: int, factor: int, itemsize: int) -> 
 @dataclass
 class Candidate:
     name: str
-    buffer: np.ndarray
+    buffers: list[np.ndarray]
+    """The buffers its calls cycle through (one without --rotate)."""
     run: Callable[[], object]
     picked: str = ""
     """For "auto" candidates: which algorithm the selector says it runs ("" if unknown)."""
@@ -244,25 +279,51 @@ def new_buffer(count: int, dtype: str, op: str) -> np.ndarray:
     return np.full(count, fill_value(op), dtype=DTYPES[dtype])
 
 
-def make_candidate(name: str, buffer: np.ndarray, op: str, comm: MPI.Comm) -> Candidate:
-    """A call of ``name`` in place on ``buffer`` (auto@float32 gets its own float32 buffer)."""
+def cycling(
+    call: Callable[[np.ndarray], object], buffers: list[np.ndarray]
+) -> Callable[[], object]:
+    """A call on the next buffer each time."""
+    turn = itertools.cycle(buffers)
+    return lambda: call(next(turn))
+
+
+def make_candidate(name: str, buffers: list[np.ndarray], op: str, comm: MPI.Comm) -> Candidate:
+    """Calls of ``name`` in place on ``buffers`` (auto@float32 and shm@shared get their own)."""
     if name == "native":
-        return Candidate(
-            name, buffer, functools.partial(comm.Allreduce, MPI.IN_PLACE, buffer, MPI_OPS[op])
-        )
+        mpi_op = MPI_OPS[op]
+        run = cycling(lambda b: comm.Allreduce(MPI.IN_PLACE, b, mpi_op), buffers)
+        return Candidate(name, buffers, run)
     algorithm = name
     if name == FLOAT32_AUTO:
-        buffer, algorithm = new_buffer(buffer.size, "float32", op), "auto"
-    run = functools.partial(ringlet.allreduce, buffer, op, out=buffer, algorithm=algorithm)
+        buffers = [new_buffer(buffers[0].size, "float32", op) for _ in buffers]
+        algorithm = "auto"
+    if name == SHM_SHARED:
+        buffers = [shared_buffer(b.size, b.dtype, op) for b in buffers]
+        algorithm = "shm"
+    run = cycling(lambda b: ringlet.allreduce(b, op, out=b, algorithm=algorithm), buffers)
     picked = ""
     if algorithm == "auto":
-        picked = auto_choice(buffer.nbytes, comm.Get_size(), buffer.dtype.name, op)
-    return Candidate(name, buffer, run, picked)
+        picked = auto_choice(buffers[0].nbytes, comm.Get_size(), buffers[0].dtype.name, op)
+    return Candidate(name, buffers, run, picked)
+
+
+def shared_buffer(count: int, dtype: np.dtype, op: str) -> np.ndarray:
+    array = ringlet.empty(count, dtype)
+    array[...] = fill_value(op)
+    return array
+
+
+def rotation(nbytes: int, args) -> int:
+    """How many buffers of ``nbytes`` a candidate cycles through."""
+    if not args.rotate:
+        return 1
+    return max(2, min(-(-args.rotate_bytes // max(nbytes, 1)), 4096))
 
 
 def make_candidates(names: list[str], count: int, args, comm: MPI.Comm) -> list[Candidate]:
-    """The candidates of one size, all on one shared buffer (but auto@float32)."""
-    shared = new_buffer(count, args.dtype, args.op)
+    """The candidates of one size, all on the same buffers (but auto@float32, shm@shared)."""
+    k = rotation(count * DTYPES[args.dtype].itemsize, args)
+    shared = [new_buffer(count, args.dtype, args.op) for _ in range(k)]
     return [make_candidate(name, shared, args.op, comm) for name in names]
 
 
@@ -336,7 +397,7 @@ def measure(comm: MPI.Comm, candidates: list[Candidate], args) -> np.ndarray:
 
 def buffers_intact(comm: MPI.Comm, candidates: list[Candidate], op: str) -> bool:
     """Whether every buffer on every rank still holds the fill value (a cheap result check)."""
-    buffers = {id(c.buffer): c.buffer for c in candidates}.values()
+    buffers = {id(b): b for c in candidates for b in c.buffers}.values()
     intact = all(bool(np.all(b == b.dtype.type(fill_value(op)))) for b in buffers)
     return comm.allreduce(intact, op=MPI.LAND)
 
@@ -354,31 +415,56 @@ def benchmark_size(comm: MPI.Comm, count: int, args) -> SizeResult:
     timings = [
         Timing(
             c.name,
-            c.buffer.dtype.name,
-            c.buffer.size,
-            c.buffer.nbytes,
+            c.buffers[0].dtype.name,
+            c.buffers[0].size,
+            c.buffers[0].nbytes,
             float(median),
             float(minimum),
             c.picked,
         )
         for c, median, minimum in zip(candidates, medians, minima)
     ]
-    return SizeResult(count * DTYPES[args.dtype].itemsize, len(seconds), timings)
+    nbytes = count * DTYPES[args.dtype].itemsize
+    rotated = rotation(nbytes, args)
+    return SizeResult(
+        nbytes, len(seconds), timings,
+        p2p_bandwidth=p2p_bandwidth(comm, nbytes, rotated),
+        copy_bandwidth=copy_bandwidth(comm, nbytes, rotated),
+    )
 
 
-def p2p_bandwidth(comm: MPI.Comm, nbytes: int) -> float:
-    """Bytes/s per direction of Sendrecv to the right neighbour and from the left one."""
+def p2p_bandwidth(comm: MPI.Comm, nbytes: int, rotated: int = 1) -> float:
+    """Bytes/s per direction of Sendrecv to the right neighbour and from the left one, cycling
+    through ``rotated`` pairs of buffers."""
     rank, n = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % n, (rank - 1) % n
-    send = np.zeros(nbytes, dtype=np.uint8)
-    receive = np.empty_like(send)
+    if n == 1:
+        return float("inf")
+    # Filled, so that no page is touched first inside a timed call.
+    pairs = [(np.full(nbytes, 1, dtype=np.uint8), np.full(nbytes, 2, dtype=np.uint8))
+             for _ in range(min(rotated, 64))]
     seconds = np.empty(BANDWIDTH_REPEATS)
-    for _ in range(2):  # warm-up
+    for send, receive in pairs[:2]:  # warm-up
         comm.Sendrecv(send, right, 0, receive, left, 0)
     for index in range(BANDWIDTH_REPEATS):
+        send, receive = pairs[index % len(pairs)]
         comm.Barrier()
         start = time.perf_counter()
         comm.Sendrecv(send, right, 0, receive, left, 0)
+        seconds[index] = time.perf_counter() - start
+    return nbytes / float(np.median(slowest_rank(comm, seconds)))
+
+
+def copy_bandwidth(comm: MPI.Comm, nbytes: int, rotated: int = 1) -> float:
+    """Bytes/s that memcpy copies on each rank while every rank copies (the slowest rank)."""
+    pairs = [(np.full(nbytes, 1, dtype=np.uint8), np.full(nbytes, 2, dtype=np.uint8))
+             for _ in range(min(rotated, 64))]
+    seconds = np.empty(BANDWIDTH_REPEATS)
+    for index in range(BANDWIDTH_REPEATS):
+        source, target = pairs[index % len(pairs)]
+        comm.Barrier()
+        start = time.perf_counter()
+        np.copyto(target, source)
         seconds[index] = time.perf_counter() - start
     return nbytes / float(np.median(slowest_rank(comm, seconds)))
 

@@ -40,6 +40,9 @@ CSV_COLUMNS = (
     "x_bound",
     "bound_us",
     "p2p_bw_gbs",
+    "floor_us",
+    "x_floor",
+    "copy_bw_gbs",
     "best",
     "auto_picked",
     "picked_by_auto",
@@ -85,6 +88,10 @@ class SizeResult:
     """The message size in bytes of the benchmark's dtype (the row group)."""
     iterations: int
     timings: list[Timing]
+    p2p_bandwidth: float = NAN
+    """B measured at this size (NaN: use the run's B)."""
+    copy_bandwidth: float = NAN
+    """memcpy bytes/s measured at this size, every rank copying at once."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,9 +103,19 @@ def bus_factor(n_ranks: int) -> float:
     return 2 * (n_ranks - 1) / n_ranks
 
 
-def bound_seconds(nbytes: int, meta: Meta) -> float:
-    """The bandwidth lower bound 2(N-1)/N * m / B (Patarasuk & Yuan 2009, Lemma 5)."""
-    return bus_factor(meta.n_ranks) * nbytes / meta.p2p_bandwidth
+def bound_seconds(nbytes: int, meta: Meta, bandwidth: float = NAN) -> float:
+    """The bandwidth lower bound 2(N-1)/N * m / B (Patarasuk & Yuan 2009, Lemma 5), with B
+    measured at this size when given."""
+    b = meta.p2p_bandwidth if math.isnan(bandwidth) else bandwidth
+    return bus_factor(meta.n_ranks) * nbytes / b
+
+
+def floor_seconds(nbytes: int, n_ranks: int, copy_bandwidth: float) -> float:
+    """The memory-traffic floor on one node: (2 - 1/N)m loaded and m stored per rank, at the
+    memcpy rate C (a copied byte is one load and one store): (3 - 1/N)/2 * m / C."""
+    if math.isnan(copy_bandwidth) or n_ranks < 2:
+        return NAN
+    return (3 - 1 / n_ranks) / 2 * nbytes / copy_bandwidth
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -134,7 +151,9 @@ def size_rows(result: SizeResult, meta: Meta) -> list[dict]:
     }
     rows = []
     for t in result.timings:
-        bound = bound_seconds(t.nbytes, meta)
+        bound = bound_seconds(t.nbytes, meta, result.p2p_bandwidth)
+        floor = floor_seconds(t.nbytes, meta.n_ranks, result.copy_bandwidth)
+        p2p = meta.p2p_bandwidth if math.isnan(result.p2p_bandwidth) else result.p2p_bandwidth
         algbw = t.nbytes / t.median / GB
         rows.append(
             {
@@ -157,7 +176,10 @@ def size_rows(result: SizeResult, meta: Meta) -> list[dict]:
                 "x_native": ratio(t.median, native),
                 "x_bound": ratio(t.median, bound),
                 "bound_us": bound * US,
-                "p2p_bw_gbs": meta.p2p_bandwidth / GB,
+                "p2p_bw_gbs": p2p / GB,
+                "floor_us": floor * US,
+                "x_floor": ratio(t.median, floor),
+                "copy_bw_gbs": result.copy_bandwidth / GB,
                 "best": best is not None and t is best,
                 "auto_picked": t.picked,
                 "picked_by_auto": t.candidate == auto_picked,
@@ -211,6 +233,7 @@ TABLE_COLUMNS = (
     ("busbw GB/s", True, lambda r: number(r["busbw_gbs"], 3)),
     ("x/native", True, lambda r: number(r["x_native"])),
     ("x/bound", True, lambda r: number(r["x_bound"])),
+    ("x/floor", True, lambda r: number(r["x_floor"])),
     ("note", False, note),
 )
 
@@ -229,7 +252,9 @@ def summary(group: list[dict], meta: Meta) -> dict:
     auto = next((r for r in group if r["candidate"] == "auto"), None)
     return {
         "size": size_label(first["size_bytes"]),
-        "bound_us": bound_seconds(first["size_bytes"], meta) * US,
+        "bound_us": first["bound_us"],
+        "floor_us": first["floor_us"],
+        "p2p_bw_gbs": first["p2p_bw_gbs"],
         "native_us": next((r["median_us"] for r in group if r["candidate"] == "native"), NAN),
         "best": best,
         "best_us": next((r["median_us"] for r in group if r["best"]), NAN),
@@ -247,8 +272,9 @@ def header_lines(meta: Meta) -> list[str]:
         f"MPI: {meta.mpi_library}",
         f"p2p bandwidth B = {meta.p2p_bandwidth / GB:.3f} GB/s per direction "
         f"(Sendrecv of {size_label(meta.p2p_bytes)} bytes between ring neighbours, median)",
-        "bound = 2(N-1)/N * m / B (Patarasuk & Yuan, Lemma 5); times are the max over ranks; "
-        "x/native and x/bound divide the median",
+        "bound = 2(N-1)/N * m / B (Patarasuk & Yuan, Lemma 5), B measured at each size; "
+        "floor = (3 - 1/N)/2 * m / C, C the memcpy rate at each size (the memory traffic of one "
+        "node); times are the max over ranks; x/native, x/bound and x/floor divide the median",
     ]
 
 
@@ -305,7 +331,9 @@ def markdown(rows: list[dict], meta: Meta) -> str:
     compare = any(not math.isnan(f["x_float32"]) for f in facts)
     summary_columns = [
         ("size", True, lambda f: f["size"]),
+        ("B GB/s", True, lambda f: number(f["p2p_bw_gbs"])),
         ("bound us", True, lambda f: small_number(f["bound_us"])),
+        ("floor us", True, lambda f: small_number(f["floor_us"])),
         ("native us", True, lambda f: number(f["native_us"])),
         ("best", False, lambda f: f["best"] or "-"),
         ("best us", True, lambda f: number(f["best_us"])),
@@ -403,8 +431,9 @@ def plot_times(axis, rows: list[dict], meta: Meta, styles: dict[str, dict]) -> N
     for name, (sizes, values) in series(rows, "median_us").items():
         axis.plot(sizes, values, label=name, **styles[name])
     if meta.n_ranks > 1:
-        sizes = sorted({r["size_bytes"] for r in rows})
-        bounds = [bound_seconds(s, meta) * US for s in sizes]
+        per_size = {r["size_bytes"]: r["bound_us"] for r in rows}
+        sizes = sorted(per_size)
+        bounds = [per_size[s] for s in sizes]
         axis.plot(sizes, bounds, "k--", linewidth=1.2, label="bound 2(N-1)/N·m/B")
     axis.set_yscale("log")
     fastest = min(r["median_us"] for r in rows)

@@ -12,6 +12,9 @@ pub enum CoreError {
     Communication(String),
     /// Ranks disagree on the collective they are in. Python sees `MismatchError`.
     Mismatch(String),
+    /// A schedule's first meeting found that the ranks' calls differ; the runtime then works
+    /// out how (a `Mismatch`, or ranks that have joined). Never leaves the runtime.
+    Unsettled,
 }
 
 impl fmt::Display for CoreError {
@@ -21,6 +24,7 @@ impl fmt::Display for CoreError {
             | CoreError::UnsupportedDtype(msg)
             | CoreError::Communication(msg)
             | CoreError::Mismatch(msg) => f.write_str(msg),
+            CoreError::Unsettled => f.write_str("internal: the ranks' calls differ"),
         }
     }
 }

@@ -229,3 +229,26 @@ fn shm_is_refused_where_ranks_do_not_share_memory() {
         "{error}"
     );
 }
+
+/// A small run of both paths, shared arrays included: what valgrind checks (`make memcheck`).
+#[test]
+fn shm_both_paths_small() {
+    yield_while_waiting();
+    for n in [2usize, 3] {
+        for dtype in [DType::F32, DType::BF16] {
+            for count in [5, one_shot_max(n) / dtype.size() + 1] {
+                check(n, count, dtype, ReduceOp::Sum, None);
+            }
+        }
+        let count = CHUNK_BYTES / 4 + 3;
+        let per_rank: Vec<Vec<f64>> = (0..n)
+            .map(|r| (0..count).map(|i| exact_value(r, i, ReduceOp::Sum)).collect())
+            .collect();
+        let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
+        let inputs: Vec<Vec<u8>> = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+        let pattern: Vec<bool> = (0..n).map(|r| r == 0).collect();
+        for result in run_in_arrays(n, &inputs, &pattern, DType::F32) {
+            assert!(result == expected, "N={n}");
+        }
+    }
+}

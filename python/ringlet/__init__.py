@@ -38,7 +38,6 @@ from ._gradients import (
 )
 from ._membership import ProcessSet
 from ._process_sets import add_process_set, process_sets, remove_process_set
-from ._shared import SharedMemory, empty, is_shared, shared_memory, zeros
 from ._runtime import (
     Topology,
     init,
@@ -54,6 +53,7 @@ from ._runtime import (
     thread_level,
     topology,
 )
+from ._shared import SharedMemory, empty, is_shared, shared_memory, zeros
 from ._version import __version__ as __version__
 from .selector import ALGORITHMS, calibrate, explain
 

@@ -11,12 +11,14 @@ __all__ = [
     "Handle",
     "MismatchError",
     "RingletError",
+    "SharedBuffer",
     "_test_panic",
     "_test_wrong_length_message",
     "abort",
     "add_process_set",
     "algorithm_cost",
     "algorithm_support",
+    "algorithm_unavailable",
     "algorithms",
     "allgather",
     "allgather_async",
@@ -52,6 +54,8 @@ __all__ = [
     "set_stats_enabled",
     "set_thread_key",
     "settings",
+    "shared_empty",
+    "shared_memory",
     "shutdown",
     "stats",
     "wait_policy",
@@ -186,3 +190,20 @@ def abort(code: int) -> None:
 
 def _test_panic(in_background: bool) -> None: ...
 def _test_wrong_length_message(sent: int, expected: int) -> None: ...
+
+def shared_memory(process_set: int = 0) -> tuple[bool, str, bool]:
+    """(the ranks share the node's memory, why not, whether that deserves a warning)."""
+def algorithm_unavailable(
+    collective: str, algorithm: str, process_set: int = 0
+) -> str | None: ...
+def shared_empty(nbytes: int, process_set: int = 0) -> SharedBuffer:
+    """``nbytes`` of zeroed shared memory on every rank (collective)."""
+
+@final
+class SharedBuffer:
+    """This rank's part of a shared allocation, viewed by NumPy (``__array_interface__``)."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...

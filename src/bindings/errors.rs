@@ -28,6 +28,7 @@ impl From<CoreError> for PyErr {
             CoreError::UnsupportedDtype(msg) => PyTypeError::new_err(msg),
             CoreError::Communication(msg) => RingletError::new_err(msg),
             CoreError::Mismatch(msg) => MismatchError::new_err(msg),
+            CoreError::Unsettled => MismatchError::new_err(error.to_string()),
         }
     }
 }

@@ -57,26 +57,40 @@ pub fn allreduce_on(
         Err(error) => return comm.refuse(&call, error),
     };
     let replay = Replay::of(schedule.name(), dtype, op, Factors::NONE, vec![buf.len()]);
-    comm.begin(
-        &Call {
-            replay: replay.as_ref(),
-            ..call
-        },
-        None,
-    )?;
+    let call = Call {
+        replay: replay.as_ref(),
+        ..call
+    };
+    let transport = comm.transport();
+    // Where the schedule's first act is a meeting in shared memory, the check rides on it.
+    let at_first_meeting = schedule.checks_at_first_meeting(comm.size(), buf.len());
+    let seq = if at_first_meeting {
+        comm.begin_at_first_meeting(&call)?
+    } else {
+        comm.begin(&call, None)?
+    };
     let started = Instant::now();
     let tuning = comm.settings().tuning;
     let mut parts = Parts::one(buf);
-    let transport = comm.transport();
-    schedules::allreduce(
-        transport,
-        schedule,
-        &mut parts,
-        dtype,
-        op,
-        Factors::NONE,
-        &tuning,
-    )?;
+    let run = |parts: &mut Parts| {
+        schedules::allreduce(
+            transport,
+            schedule,
+            parts,
+            dtype,
+            op,
+            Factors::NONE,
+            &tuning,
+        )
+    };
+    match run(&mut parts) {
+        // Ranks that have joined take part now, replaying it (nothing was written before).
+        Err(CoreError::Unsettled) => {
+            comm.settle(&call, seq)?;
+            run(&mut parts)?;
+        }
+        outcome => outcome?,
+    }
     stats::record(schedule.name(), parts.len(), started.elapsed());
     Ok(())
 }

@@ -201,19 +201,55 @@ impl Communicator {
             return Ok((seq, Agreement::Same));
         }
         let digest = call.digest(refused.is_some(), &self.settings.words());
-        let agreement = consistency::agree(&self.transport, seq, digest, || {
-            let reason = refused.map(|e| e.to_string());
-            let mut text = call.describe(seq, reason.as_deref());
-            if refused.is_none() {
-                text += &self.settings.describe();
-            }
-            Description {
-                thread: call.thread,
-                text,
-                role,
-            }
-        })?;
+        let describe = || self.description(call, seq, refused, role);
+        let agreement = consistency::agree(&self.transport, seq, digest, describe)?;
         Ok((seq, agreement))
+    }
+
+    fn description(
+        &self,
+        call: &Call,
+        seq: u64,
+        refused: Option<&CoreError>,
+        role: Role,
+    ) -> Description {
+        let reason = refused.map(|e| e.to_string());
+        let mut text = call.describe(seq, reason.as_deref());
+        if refused.is_none() {
+            text += &self.settings.describe();
+        }
+        Description {
+            thread: call.thread,
+            text,
+            role,
+        }
+    }
+
+    /// [`begin`](Self::begin) for a call whose schedule meets the other ranks in shared memory
+    /// before it writes anything ([`crate::schedules::Algorithm::checks_at_first_meeting`]):
+    /// the check rides on that meeting instead of one of its own. Returns the call's number;
+    /// if the schedule then fails with `Unsettled`, [`settle`](Self::settle) says why.
+    pub fn begin_at_first_meeting(&self, call: &Call) -> Result<u64> {
+        let Some(shared) = self.transport.shared().filter(|_| self.check) else {
+            return self.begin(call, None);
+        };
+        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        self.inspector.enter(Label::of(call, seq));
+        let digest = call.digest(false, &self.settings.words());
+        shared.flags().expect([seq, digest]);
+        Ok(seq)
+    }
+
+    /// After a schedule's first meeting found that the calls differ: `Err(Mismatch)` as
+    /// [`begin`](Self::begin) would have raised, or, when the difference is only ranks that
+    /// have joined and this call can be replayed, `Ok`: run it again (nothing was written).
+    pub fn settle(&self, call: &Call, seq: u64) -> Result<()> {
+        let role = match call.replay {
+            Some(replay) => Role::Replay(replay.encode()),
+            None => Role::Plain,
+        };
+        let describe = || self.description(call, seq, None, role);
+        consistency::settle(&self.transport, describe).map(|_| ())
     }
 
     /// [`begin`](Self::begin) for a call that this rank refused with `error`: returns `error`

@@ -75,6 +75,16 @@ pub fn agree(
     if agreed {
         return Ok(Agreement::Same);
     }
+    settle(transport, describe)
+}
+
+/// After a check found that the ranks' calls differ (every rank found it): work out how, with
+/// everyone's description. `Err(Mismatch)` on every rank, naming what each passed, unless the
+/// difference is only ranks that have joined. Collective.
+pub fn settle(
+    transport: &dyn Transport,
+    describe: impl FnOnce() -> Description,
+) -> Result<Agreement> {
     let mine = describe();
     let all = gather_descriptions(transport, mine.thread, &mine.text)?;
     let roles = gather_blobs(transport, &mine.role.bytes())?;

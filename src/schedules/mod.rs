@@ -242,6 +242,13 @@ pub trait Algorithm: Sync {
         false
     }
 
+    /// Whether its first act on `bytes` over `ranks` ranks is a meeting in shared memory that
+    /// can carry the call's consistency check ([`crate::transport::shm::Flags::expect`]),
+    /// before it writes anything the caller sees.
+    fn checks_at_first_meeting(&self, _ranks: usize, _bytes: usize) -> bool {
+        false
+    }
+
     /// Why it cannot run on `transport`, if it cannot (the same answer on every rank).
     fn unavailable(&self, _transport: &dyn Transport) -> Option<String> {
         None

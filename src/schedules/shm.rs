@@ -80,6 +80,10 @@ impl Algorithm for Shm {
         true
     }
 
+    fn checks_at_first_meeting(&self, ranks: usize, bytes: usize) -> bool {
+        bytes > 0 && bytes <= one_shot_max(ranks)
+    }
+
     fn unavailable(&self, transport: &dyn Transport) -> Option<String> {
         // One rank has nothing to reduce: it runs anywhere.
         (transport.size() > 1 && transport.shared().is_none()).then(|| {
@@ -128,7 +132,8 @@ fn one_shot(
     // SAFETY: this rank's half-area is its own until it posts (the others finished reading it
     // two steps ago), and `len` fits it.
     unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len) };
-    flags.sync(transport, [STAGED; WORDS])?;
+    // The call's check, if the runtime left it to this meeting: nothing is written before it.
+    flags.sync_checked(transport)?;
     let sources: Vec<*const u8> = (0..ranks).map(slot).collect();
     let mut offset = 0;
     for part in buf.parts_mut() {
@@ -353,8 +358,8 @@ unsafe fn fold(
     // Two inputs, the first output one of them, no widening: combine into it where it is (the
     // order kept by `Order`), then copy to the other outputs; no accumulator pass.
     let in_place = match (sixteen, sources, outputs.first()) {
-        (false, [a, b], Some(&out)) if out as *const u8 == *a => Some((*b, Order::AccFirst)),
-        (false, [a, b], Some(&out)) if out as *const u8 == *b => Some((*a, Order::OtherFirst)),
+        (false, [a, b], Some(&out)) if std::ptr::eq(out, *a) => Some((*b, Order::AccFirst)),
+        (false, [a, b], Some(&out)) if std::ptr::eq(out, *b) => Some((*a, Order::OtherFirst)),
         _ => None,
     };
     let mut done = 0;

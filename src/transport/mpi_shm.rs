@@ -304,7 +304,7 @@ impl SharedMemory for MpiShared {
     }
 
     fn locate(&self, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
-        self.table().locate(self.flags.rank(), ptr, len)
+        self.table().locate(ptr, len)
     }
 
     fn part(&self, id: u64, rank: usize) -> Option<(*mut u8, usize)> {
@@ -323,7 +323,10 @@ impl SharedMemory for MpiShared {
         }
         let (window, parts) = allocated?;
         // MPI may round a part up (to pages); each array is the size asked.
-        let parts = parts.into_iter().map(|(a, len)| (a, len.min(bytes))).collect();
+        let parts = parts
+            .into_iter()
+            .map(|(a, len)| (a, len.min(bytes)))
+            .collect();
         let mut table = self.table();
         let id = table.next_id();
         self.windows
@@ -341,7 +344,7 @@ impl SharedMemory for MpiShared {
     fn free(&self, ids: &[u64]) -> Result<()> {
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         for &id in ids {
-            self.table().forget(id);
+            self.table().forget(id, self.flags.rank());
             if let Some(mut window) = windows.remove(&id) {
                 // SAFETY: a window every rank has dropped its array of, freed by every rank in
                 // the same order (the ids are agreed).

@@ -48,6 +48,9 @@ pub struct Flags {
     rank: usize,
     /// The last step this rank posted.
     step: AtomicU64,
+    /// A call's (sequence, digest) to post with the next step and compare there (see
+    /// [`Flags::expect`]).
+    expected: Mutex<Option<[u64; 2]>>,
     /// In-process groups give up on a rank that never comes (a test must not hang); MPI ranks
     /// wait, watched by the stall inspector.
     give_up_after: Option<Duration>,
@@ -84,6 +87,7 @@ impl Flags {
             ranks,
             rank,
             step: AtomicU64::new(step),
+            expected: Mutex::new(None),
             give_up_after,
         }
     }
@@ -133,7 +137,11 @@ impl Flags {
             return Ok(());
         }
         let started = Instant::now();
-        let mut backoff = Backoff::new();
+        // In-process ranks are threads that may outnumber the cores: never spin there.
+        let mut backoff = match self.give_up_after {
+            Some(_) => Backoff::yielding(),
+            None => Backoff::new(),
+        };
         let (mut reported, mut watch_flags) = (Duration::ZERO, 0u8);
         let mut polls = 0u32;
         while counter.load(Ordering::Acquire) < step {
@@ -163,6 +171,34 @@ impl Flags {
         let step = self.post(words);
         self.wait_all(transport, step)?;
         Ok(step)
+    }
+
+    /// Post `pair` (a call's sequence number and digest) with the next step that
+    /// [`sync_checked`](Self::sync_checked) makes, so that the ranks compare their calls at a
+    /// meeting they have anyway.
+    pub fn expect(&self, pair: [u64; 2]) {
+        *self.expected.lock().unwrap_or_else(|e| e.into_inner()) = Some(pair);
+    }
+
+    /// [`sync`](Self::sync), carrying the pair given to [`expect`](Self::expect) if there is
+    /// one; `Err(Unsettled)` if any rank posted another pair (every rank then sees it).
+    pub fn sync_checked(&self, transport: &dyn Transport) -> Result<u64> {
+        let expected = self
+            .expected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let words = match expected {
+            Some([seq, digest]) => [seq, digest, 0, 0],
+            None => [0; WORDS],
+        };
+        let step = self.sync(transport, words)?;
+        match expected {
+            Some(pair) if (0..self.ranks).any(|r| self.words(r, step)[..2] != pair) => {
+                Err(CoreError::Unsettled)
+            }
+            _ => Ok(step),
+        }
     }
 
     /// The words `rank` posted with `step` (valid once every rank has reached it, until the
@@ -211,6 +247,9 @@ type Entry = (Vec<(usize, usize)>, Weak<dyn Any + Send + Sync>);
 pub struct ArrayTable {
     next_id: u64,
     arrays: BTreeMap<u64, Entry>,
+    /// This rank's part of each array, by address: (start) -> (end, id), for lookups by
+    /// address in log time (a benchmark may hold thousands of arrays).
+    mine: BTreeMap<usize, (usize, u64)>,
 }
 
 impl ArrayTable {
@@ -233,6 +272,7 @@ impl ArrayTable {
             .get(rank)
             .ok_or_else(|| CoreError::InvalidArgument("internal: no part for this rank".into()))?;
         self.arrays.insert(id, (parts, Arc::downgrade(&alive)));
+        self.mine.insert(ptr, (ptr + len, id));
         Ok(SharedArray {
             id,
             ptr: ptr as *mut u8,
@@ -243,13 +283,11 @@ impl ArrayTable {
 
     /// The array (id, offset) holding `ptr .. ptr + len` on this rank, if one does and this
     /// rank still holds it.
-    pub fn locate(&self, rank: usize, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
+    pub fn locate(&self, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
         let address = ptr as usize;
-        self.arrays.iter().find_map(|(&id, (parts, alive))| {
-            let &(base, size) = parts.get(rank)?;
-            let inside = address >= base && address + len <= base + size;
-            (inside && alive.strong_count() > 0).then_some((id, address - base))
-        })
+        let (&base, &(end, id)) = self.mine.range(..=address).next_back()?;
+        let alive = self.arrays.get(&id)?.1.strong_count() > 0;
+        (address + len <= end && alive).then_some((id, address - base))
     }
 
     /// Rank `rank`'s (address, length) of array `id`.
@@ -266,8 +304,12 @@ impl ArrayTable {
         dead.map(|(&id, _)| id).collect()
     }
 
-    pub fn forget(&mut self, id: u64) {
-        self.arrays.remove(&id);
+    pub fn forget(&mut self, id: u64, rank: usize) {
+        if let Some((parts, _)) = self.arrays.remove(&id) {
+            if let Some(&(base, _)) = parts.get(rank) {
+                self.mine.remove(&base);
+            }
+        }
     }
 }
 
@@ -316,7 +358,9 @@ pub struct LocalShared {
 
 struct LocalGroup {
     flags: Box<[FlagBlock]>,
-    areas: Vec<Heap>,
+    /// Made at first use: most in-process groups (every schedule test) never touch them.
+    areas: std::sync::OnceLock<Vec<Heap>>,
+    ranks: usize,
     /// (array id, rank) -> that rank's part, kept until the group goes (freeing is a no-op).
     parts: Mutex<BTreeMap<(u64, usize), Arc<Heap>>>,
     tables: Vec<Mutex<ArrayTable>>,
@@ -332,7 +376,8 @@ impl LocalShared {
         };
         let group = Arc::new(LocalGroup {
             flags: (0..ranks).map(|_| blank()).collect(),
-            areas: (0..ranks).map(|_| Heap::zeroed(AREA_BYTES)).collect(),
+            areas: std::sync::OnceLock::new(),
+            ranks,
             parts: Mutex::new(BTreeMap::new()),
             tables: (0..ranks).map(|_| Mutex::default()).collect(),
         });
@@ -366,11 +411,16 @@ impl SharedMemory for LocalShared {
     }
 
     fn area(&self, rank: usize) -> *mut u8 {
-        self.group.areas[rank].ptr()
+        let ranks = self.group.ranks;
+        let areas = self
+            .group
+            .areas
+            .get_or_init(|| (0..ranks).map(|_| Heap::zeroed(AREA_BYTES)).collect());
+        areas[rank].ptr()
     }
 
     fn locate(&self, ptr: *const u8, len: usize) -> Option<(u64, usize)> {
-        self.table().locate(self.flags.rank, ptr, len)
+        self.table().locate(ptr, len)
     }
 
     fn part(&self, id: u64, rank: usize) -> Option<(*mut u8, usize)> {
@@ -407,7 +457,7 @@ impl SharedMemory for LocalShared {
 
     fn free(&self, ids: &[u64]) -> Result<()> {
         let mut table = self.table();
-        ids.iter().for_each(|&id| table.forget(id));
+        ids.iter().for_each(|&id| table.forget(id, self.flags.rank));
         Ok(())
     }
 }

@@ -70,6 +70,16 @@ impl Backoff {
         }
     }
 
+    /// Yield the core between polls from the start (threads that outnumber the cores).
+    pub fn yielding() -> Self {
+        Backoff {
+            started: Instant::now(),
+            spin: Duration::ZERO,
+            max_sleep: Duration::ZERO,
+            next_sleep: Duration::ZERO,
+        }
+    }
+
     /// Time since the wait began.
     pub fn waited(&self) -> Duration {
         self.started.elapsed()

@@ -57,12 +57,15 @@ def test_model_time_never_decreases_with_message_size(algorithm, ranks):
 
 def test_model_prefers_latency_optimal_small_and_bandwidth_optimal_large():
     params = selector.Parameters(alpha=5e-6, beta=1e-9, gamma={"float32": 1e-10})
-    assert selector.best(64, 16, "float32", params) in ("recursive_doubling", "mpi")
+    # One meeting in shared memory beats log2(16) messages where the ranks share memory.
+    latency_optimal = ("recursive_doubling", "mpi", "shm")
+    assert selector.best(64, 16, "float32", params) in latency_optimal
     assert selector.best(256 << 20, 16, "float32", params) in (
         "ring", "pipelined_ring", "halving_doubling", "mpi"
     )
     model = lambda a, m: selector.model_seconds(a, m, 16, "float32", params)  # noqa: E731
     assert model("recursive_doubling", 64) < model("ring", 64)  # 4 rounds, not 30
+    assert model("shm", 64) < model("recursive_doubling", 64)  # 1 meeting, not 4 messages
     assert model("ring", 256 << 20) < model("recursive_doubling", 256 << 20)
 
 

@@ -9,9 +9,10 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import ALL_DTYPES, exact_input, np_dtype, reference
 
 import ringlet
+
+from conftest import ALL_DTYPES, exact_input, np_dtype, reference
 
 OPS = ("sum", "avg", "prod", "min", "max")
 # Elements: one-shot, just past the one-shot on 2 ranks, and several 1 MiB chunks of float32.
@@ -153,4 +154,21 @@ def test_gradient_averaging_runs_on_shared_memory_without_user_changes() -> None
         np.testing.assert_allclose(g, mean, rtol=1e-6)
     used = ringlet.stats()
     assert "pack" not in used  # the schedule gathers the arrays itself
-    assert ("shm" in used) == (ringlet.size() > 1)  # one rank runs no algorithm
+    assert set(used) == {"shm"}
+
+
+def test_a_joined_rank_takes_part_in_shm_allreduces_whose_check_rides_on_the_data() -> None:
+    """The one-shot path checks the call at its data meeting; a joined rank meets it there with
+    a join, and the call is replayed with the joined rank adding zeros."""
+    size, me = ringlet.size(), ringlet.rank()
+    assert in_step()  # auto's table exists on every rank (join builds it otherwise)
+    last_joiner = size - 1
+    if me == 0 and size > 1:
+        ringlet.join()
+    else:
+        others = sum(r + 1 for r in range(1, size)) if size > 1 else 1
+        for count in (3, 1000):
+            got = ringlet.allreduce(np.full(count, me + 1, np.float32), "sum", algorithm="shm")
+            np.testing.assert_array_equal(got, np.full(count, others, np.float32))
+        assert ringlet.join() == last_joiner
+    assert in_step()
