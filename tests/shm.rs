@@ -242,7 +242,11 @@ fn shm_both_paths_small() {
         }
         let count = CHUNK_BYTES / 4 + 3;
         let per_rank: Vec<Vec<f64>> = (0..n)
-            .map(|r| (0..count).map(|i| exact_value(r, i, ReduceOp::Sum)).collect())
+            .map(|r| {
+                (0..count)
+                    .map(|i| exact_value(r, i, ReduceOp::Sum))
+                    .collect()
+            })
             .collect();
         let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
         let inputs: Vec<Vec<u8>> = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
