@@ -305,19 +305,6 @@ fn long_messages_are_split_at_the_limit() {
     }
 }
 
-/// A deterministic pseudo-random f32 stream (xorshift), so inexact sums test the ordering.
-fn noise(seed: u64, count: usize) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect()
-}
-
 #[test]
 fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
     for (schedule, tuning) in [

@@ -79,19 +79,6 @@ fn shm_over_separate_buffers_is_exact() {
     }
 }
 
-/// Noise whose sums round: the order of the reduction shows in the bits.
-fn noise(seed: u64, count: usize) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect()
-}
-
 #[test]
 fn shm_results_are_bit_identical_on_every_rank_and_reduced_in_rank_order() {
     yield_while_waiting();
@@ -125,6 +112,19 @@ fn shm_results_are_bit_identical_on_every_rank_and_reduced_in_rank_order() {
             }
         }
     }
+}
+
+/// Every rank's float32 input of `count` exact values, and their sum.
+fn float32_sums(n: usize, count: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let per_rank: Vec<Vec<f64>> = (0..n)
+        .map(|r| {
+            (0..count)
+                .map(|i| exact_value(r, i, ReduceOp::Sum))
+                .collect()
+        })
+        .collect();
+    let inputs = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+    (inputs, reference(DType::F32, ReduceOp::Sum, &per_rank))
 }
 
 /// Run shm with each rank's vector in a shared array where `in_array[rank]` says, else in a
@@ -181,15 +181,7 @@ fn vectors_in_shared_arrays_are_reduced_in_place_alone_or_mixed_with_private_one
     yield_while_waiting();
     for n in [2usize, 3, 4] {
         for count in [10usize, CHUNK_BYTES / 4 * 2 + 3] {
-            let per_rank: Vec<Vec<f64>> = (0..n)
-                .map(|r| {
-                    (0..count)
-                        .map(|i| exact_value(r, i, ReduceOp::Sum))
-                        .collect()
-                })
-                .collect();
-            let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
-            let inputs: Vec<Vec<u8>> = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+            let (inputs, expected) = float32_sums(n, count);
             for pattern in [vec![true; n], (0..n).map(|r| r % 2 == 0).collect()] {
                 for (rank, result) in run_in_arrays(n, &inputs, &pattern, DType::F32)
                     .iter()
@@ -241,15 +233,7 @@ fn shm_both_paths_small() {
             }
         }
         let count = CHUNK_BYTES / 4 + 3;
-        let per_rank: Vec<Vec<f64>> = (0..n)
-            .map(|r| {
-                (0..count)
-                    .map(|i| exact_value(r, i, ReduceOp::Sum))
-                    .collect()
-            })
-            .collect();
-        let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
-        let inputs: Vec<Vec<u8>> = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+        let (inputs, expected) = float32_sums(n, count);
         let pattern: Vec<bool> = (0..n).map(|r| r == 0).collect();
         for result in run_in_arrays(n, &inputs, &pattern, DType::F32) {
             assert!(result == expected, "N={n}");

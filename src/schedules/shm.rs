@@ -131,7 +131,7 @@ fn one_shot(
     let slot = |rank: usize| shared.area(rank).wrapping_add(half) as *const u8;
     // SAFETY: this rank's half-area is its own until it posts (the others finished reading it
     // two steps ago), and `len` fits it.
-    unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len) };
+    unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len)? };
     // The call's check, if the runtime left it to this meeting: nothing is written before it.
     flags.sync_checked(transport)?;
     let sources: Vec<*const u8> = (0..ranks).map(slot).collect();
@@ -238,7 +238,7 @@ fn two_shot(
                 // SAFETY: slot c % 3 of this rank's area is its own: the others read it last
                 // for chunk c - 3, before their post that this rank waited for at chunk c - 1.
                 unsafe {
-                    gather(buf, range.start + part.start, slot.wrapping_add(part.start), part.len())
+                    gather(buf, range.start + part.start, slot.wrapping_add(part.start), part.len())?
                 };
             }
         }
@@ -287,26 +287,14 @@ fn two_shot(
 ///
 /// # Safety
 /// `to` must be valid for `len` bytes that nothing else touches meanwhile.
-unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) {
+unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) -> Result<()> {
     let mut written = 0;
-    let mut offset = 0;
-    for part in buf.parts() {
-        let (lo, hi) = (offset, offset + part.len());
-        offset = hi;
-        let (from, until) = (start.max(lo), (start + len).min(hi));
-        if from >= until {
-            continue;
-        }
-        // SAFETY: the caller's contract for `to`; the part is a live slice.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                part.as_ptr().add(from - lo),
-                to.add(written),
-                until - from,
-            )
-        };
-        written += until - from;
+    for piece in buf.get(start..start + len)? {
+        // SAFETY: the caller's contract for `to`; the piece is a live slice of the vector.
+        unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), to.add(written), piece.len()) };
+        written += piece.len();
     }
+    Ok(())
 }
 
 /// Copy `len` bytes from `from` into bytes `start .. start + len` of the vector.
@@ -315,23 +303,12 @@ unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) {
 /// `from` must be valid for `len` bytes that nothing writes meanwhile.
 unsafe fn scatter(from: *const u8, buf: &mut Parts, start: usize, len: usize) -> Result<()> {
     let mut read = 0;
-    let mut offset = 0;
-    for part in buf.parts_mut() {
-        let (lo, hi) = (offset, offset + part.len());
-        offset = hi;
-        let (first, until) = (start.max(lo), (start + len).min(hi));
-        if first >= until {
-            continue;
-        }
-        // SAFETY: the caller's contract for `from`; the part is this rank's own.
-        unsafe { std::ptr::copy_nonoverlapping(from.add(read), part.as_mut_ptr().add(first - lo), until - first) };
-        read += until - first;
+    for piece in buf.get_mut(start..start + len)? {
+        // SAFETY: the caller's contract for `from`; the piece is this rank's own.
+        unsafe { std::ptr::copy_nonoverlapping(from.add(read), piece.as_mut_ptr(), piece.len()) };
+        read += piece.len();
     }
-    if read == len {
-        Ok(())
-    } else {
-        Err(CoreError::InvalidArgument("internal: scatter past the vector".into()))
-    }
+    Ok(())
 }
 
 /// Every output `= sources[0] ⊕ sources[1] ⊕ ... ` over `len` bytes, in that order, a block at

@@ -279,3 +279,17 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
         })
         .collect()
 }
+
+/// A deterministic pseudo-random stream in [-1, 1) (xorshift): sums of it round, so the order
+/// of a reduction shows in its bits.
+pub fn noise(seed: u64, count: usize) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}
