@@ -178,7 +178,8 @@ test-mpich-quick:
 mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
-		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py
+		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py \
+		tests/python/test_shared_memory.py
 
 clean:
 	rm -rf build target $(sort .venv .venv-mpich $(VENV))
