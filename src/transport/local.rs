@@ -4,6 +4,7 @@
 //! receive completes when the matching bytes are taken from the channel. Each transport counts
 //! what it sends, so tests can check a schedule's traffic exactly.
 
+use super::nodes::Nodes;
 use super::shm::{LocalShared, SharedMemory};
 use super::{
     message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
@@ -32,6 +33,9 @@ pub struct LocalTransport {
     messages_sent: Cell<usize>,
     largest_message: Cell<usize>,
     shared: Option<LocalShared>,
+    nodes: Nodes,
+    /// Payload bytes sent to ranks on other nodes.
+    bytes_across: Cell<usize>,
 }
 
 impl LocalTransport {
@@ -71,6 +75,24 @@ impl LocalTransport {
                 messages_sent: Cell::new(0),
                 largest_message: Cell::new(0),
                 shared: Some(shared),
+                nodes: Nodes::single(size),
+                bytes_across: Cell::new(0),
+            })
+            .collect()
+    }
+
+    /// One transport per rank, rank r on node `nodes[r]` (any labels; equal labels share a
+    /// node). With several nodes there is no shared memory, as with MPI across hosts.
+    pub fn cluster<T: PartialEq>(nodes: &[T]) -> Vec<LocalTransport> {
+        let nodes = Nodes::from_labels(nodes);
+        Self::group(nodes.ranks())
+            .into_iter()
+            .map(|mut t| {
+                if nodes.count() > 1 {
+                    t.shared = None;
+                }
+                t.nodes = nodes.clone();
+                t
             })
             .collect()
     }
@@ -85,6 +107,11 @@ impl LocalTransport {
     /// Payload bytes this rank has sent.
     pub fn bytes_sent(&self) -> usize {
         self.bytes_sent.get()
+    }
+
+    /// Payload bytes this rank has sent to ranks on other nodes.
+    pub fn bytes_across(&self) -> usize {
+        self.bytes_across.get()
     }
 
     /// Logical sends (`isend` calls, including the send half of each sendrecv).
@@ -192,6 +219,9 @@ impl Transport for LocalTransport {
         }
         let bytes: usize = pieces.iter().map(|p| p.len()).sum();
         self.bytes_sent.set(self.bytes_sent.get() + bytes);
+        if self.nodes.of(dest) != self.nodes.of(self.rank) {
+            self.bytes_across.set(self.bytes_across.get() + bytes);
+        }
         self.messages_sent.set(self.messages_sent.get() + 1);
         Ok(Request::done())
     }
@@ -256,5 +286,9 @@ impl Transport for LocalTransport {
 
     fn shared(&self) -> Option<&dyn SharedMemory> {
         self.shared.as_ref().map(|s| s as &dyn SharedMemory)
+    }
+
+    fn nodes(&self) -> &Nodes {
+        &self.nodes
     }
 }

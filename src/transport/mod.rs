@@ -14,6 +14,10 @@
 //! non-overtaking rule for one communicator and tag), and receives are matched in the order
 //! they are posted.
 //!
+//! Every transport knows which node each of its ranks runs on ([`Nodes`]), so that schedules
+//! can keep traffic inside a node where they can; [`view::View`] runs a schedule on some of the
+//! ranks, in an order of its own.
+//!
 //! When all of its ranks run on one node, a transport may also offer [`shm::SharedMemory`]:
 //! flags, staging areas and arrays that every rank maps, for the shared-memory schedules.
 //!
@@ -24,8 +28,12 @@
 pub mod local;
 pub mod mpi;
 pub mod mpi_shm;
+pub mod nodes;
 pub mod shm;
+pub mod view;
 pub mod waiting;
+
+pub use nodes::{Nodes, Placement};
 
 use crate::error::{CoreError, Result};
 use smallvec::{smallvec, SmallVec};
@@ -272,6 +280,9 @@ pub trait Transport {
     fn shared(&self) -> Option<&dyn shm::SharedMemory> {
         None
     }
+
+    /// Which node each rank runs on (the same list on every rank).
+    fn nodes(&self) -> &Nodes;
 }
 
 /// Byte ranges of at most `limit` bytes, cut at multiples of `align`, covering `0..len`.

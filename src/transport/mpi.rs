@@ -9,6 +9,7 @@
 //! short buffer.
 
 use super::mpi_shm::{MpiShared, Unavailable};
+use super::nodes::Nodes;
 use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
@@ -53,6 +54,7 @@ pub struct MpiTransport {
     watcher: Option<Arc<dyn Watcher>>,
     /// The node segment, or why there is none.
     shared: std::result::Result<MpiShared, Unavailable>,
+    nodes: Nodes,
 }
 
 // SAFETY: an MPI communicator handle may be used from any thread of the process as long as the
@@ -70,6 +72,55 @@ pub(crate) fn check(code: c_int, what: &str) -> Result<()> {
         "{what} failed: {}",
         error_string(code)
     )))
+}
+
+/// Which node each rank of `comm` runs on, as the MPI library groups them
+/// (`MPI_COMM_TYPE_SHARED`): each rank finds its node's lowest rank, and every rank gathers
+/// those. Collective over `comm`.
+fn discover_nodes(comm: ffi::MPI_Comm, rank: c_int, size: c_int) -> Result<Nodes> {
+    // SAFETY: reading predefined handle constants.
+    let (null, shared_type, no_info) = unsafe {
+        (
+            ffi::RSMPI_COMM_NULL,
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            ffi::RSMPI_INFO_NULL,
+        )
+    };
+    let mut node = null;
+    // SAFETY: `comm` is a live communicator; `node` a live local that the call fills in.
+    let split = unsafe { ffi::MPI_Comm_split_type(comm, shared_type, rank, no_info, &mut node) };
+    check(split, "MPI_Comm_split_type")?;
+    let mut leader: c_int = 0;
+    // SAFETY: one int in and out on the node communicator just made; then it is freed
+    // (collective over it, as every rank of the node gets here).
+    let found = unsafe {
+        let code = ffi::MPI_Allreduce(
+            (&rank as *const c_int).cast(),
+            (&mut leader as *mut c_int).cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            ffi::RSMPI_MIN,
+            node,
+        );
+        ffi::MPI_Comm_free(&mut node);
+        code
+    };
+    check(found, "MPI_Allreduce")?;
+    let mut leaders: Vec<c_int> = vec![0; size.max(0) as usize];
+    // SAFETY: one int from each rank into `leaders`, which holds one per rank of `comm`.
+    let gathered = unsafe {
+        ffi::MPI_Allgather(
+            (&leader as *const c_int).cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            leaders.as_mut_ptr().cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            comm,
+        )
+    };
+    check(gathered, "MPI_Allgather")?;
+    Ok(Nodes::from_labels(&leaders))
 }
 
 fn error_string(code: c_int) -> String {
@@ -135,6 +186,7 @@ impl MpiTransport {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             watcher: None,
             shared: Err(Unavailable::Disabled),
+            nodes: discover_nodes(comm, rank, size)?,
         })
     }
 
@@ -508,6 +560,10 @@ impl Transport for MpiTransport {
 
     fn shared(&self) -> Option<&dyn SharedMemory> {
         self.shared.as_ref().ok().map(|s| s as &dyn SharedMemory)
+    }
+
+    fn nodes(&self) -> &Nodes {
+        &self.nodes
     }
 }
 
