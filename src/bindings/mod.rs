@@ -10,6 +10,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::runtime;
 use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
+use crate::runtime::Tiered;
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -361,17 +362,31 @@ fn check_algorithm(collective: &str, algorithm: &str, dtype: &str, op: &str) -> 
     Ok(runtime::check_algorithm(collective, algorithm, dtype, op)?)
 }
 
-/// `algorithm`'s cost model for `nbytes` on `ranks` ranks: (messages, bytes sent, bytes
-/// reduced) on the busiest rank.
+/// `algorithm`'s cost model for `nbytes` on ranks that run on `nodes` (one label per rank;
+/// equal labels share a node): (messages, bytes sent, bytes reduced) inside a node on the
+/// busiest rank, then (messages, bytes) over the busiest node's link.
 #[pyfunction]
 fn algorithm_cost(
     collective: &str,
     algorithm: &str,
-    ranks: usize,
+    nodes: Vec<usize>,
     nbytes: usize,
-) -> PyResult<(f64, f64, f64)> {
-    let cost = runtime::cost(collective, algorithm, ranks, nbytes)?;
-    Ok((cost.messages, cost.bytes, cost.reduced))
+) -> PyResult<(f64, f64, f64, f64, f64)> {
+    let Tiered { within, across } = runtime::cost(collective, algorithm, &nodes, nbytes)?;
+    Ok((
+        within.messages,
+        within.bytes,
+        within.reduced,
+        across.messages,
+        across.bytes,
+    ))
+}
+
+/// Each rank's node in `process_set`, numbered by their lowest rank
+/// (`MPI_COMM_TYPE_SHARED`, as the MPI library groups them).
+#[pyfunction]
+fn nodes(process_set: SetId) -> PyResult<Vec<usize>> {
+    Ok(runtime::nodes(process_set)?)
 }
 
 /// (name, bytes per element, is floating-point) of every dtype the kernels reduce.
@@ -388,10 +403,14 @@ fn ops() -> Vec<&'static str> {
     ReduceOp::ALL.iter().map(|op| op.name()).collect()
 }
 
-/// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.
+/// This rank's median seconds to exchange `nbytes` with its partner on `tier`: "any" (rank ^ 1),
+/// "within" (a rank of the same node) or "across" (a node's first rank with another node's);
+/// ranks without a partner idle. Collective.
 #[pyfunction]
-fn measure_sendrecv(py: Python<'_>, nbytes: usize, repeats: usize) -> PyResult<f64> {
-    detached(py, || runtime::measure_sendrecv(nbytes, repeats))
+#[pyo3(signature = (nbytes, repeats, tier = "any"))]
+fn measure_sendrecv(py: Python<'_>, nbytes: usize, repeats: usize, tier: &str) -> PyResult<f64> {
+    let tier = runtime::Tier::from_name(tier)?;
+    detached(py, || runtime::measure_sendrecv(nbytes, repeats, tier))
 }
 
 /// Median seconds to sum `nbytes` of `dtype` into an accumulator, in cache. Local.
@@ -522,7 +541,7 @@ mod _core {
         algorithm_support, algorithm_unavailable, algorithms, allgather, allreduce, allreduce_fast,
         alltoall, auto_choice, barrier, broadcast, check_algorithm, clear_auto_table, dtypes,
         finalize, group, init, is_initialized, join, kernel_level, measure_combine,
-        measure_sendrecv, mpi_library, ops, process_sets, reduce_scatter, refuse,
+        measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce_scatter, refuse,
         remove_process_set, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
         settings, shared_empty, shared_memory, shutdown, stats, wait_policy, SharedBuffer,
     };

@@ -29,10 +29,13 @@ pub mod stall;
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::Level;
-use crate::schedules::{self, Algorithm, Cost, Support, Tuning};
+use crate::schedules::{self, Algorithm, Support, Tuning};
+pub use crate::schedules::{Cost, Tiered};
+use crate::transport::Nodes;
 use crate::{probe, worker};
 use call::{Call, Kind};
 use communicator::{Communicator, Settings};
+pub use probe::Tier;
 use process::{SetId, WORLD};
 
 /// The algorithm `name` names in `registry`; "auto" is the first registered.
@@ -155,19 +158,30 @@ pub fn check_algorithm(collective: &str, name: &str, dtype: DType, op: ReduceOp)
     schedules::check_support(&all, algorithm, dtype, op)
 }
 
-/// `name`'s cost for `bytes` on `ranks` ranks, with the communicator's settings (the
-/// defaults before `init`).
-pub fn cost(collective: &str, name: &str, ranks: usize, bytes: usize) -> Result<Cost> {
+/// `name`'s cost for `bytes` on ranks that run on the nodes `nodes` (one label per rank; equal
+/// labels share a node), with the communicator's settings (the defaults before `init`).
+pub fn cost(collective: &str, name: &str, nodes: &[usize], bytes: usize) -> Result<Tiered> {
     let tuning = process::with_communicator(WORLD, |comm| Ok(comm.settings().tuning))
         .unwrap_or_else(|_| Tuning::default());
-    Ok(find_algorithm(collective, name)?.cost(ranks.max(1), bytes, &tuning))
+    let nodes = if nodes.is_empty() {
+        Nodes::single(1)
+    } else {
+        Nodes::from_labels(nodes)
+    };
+    Ok(find_algorithm(collective, name)?.cost_on(&nodes, bytes, &tuning))
 }
 
-/// This rank's median seconds to exchange `nbytes` with rank ^ 1. Collective.
-pub fn measure_sendrecv(nbytes: usize, repeats: usize) -> Result<f64> {
+/// Each rank's node in process set `set` (numbered by their lowest rank), as the MPI library
+/// groups them.
+pub fn nodes(set: SetId) -> Result<Vec<usize>> {
+    process::with_communicator(set, |comm| Ok(comm.transport().nodes().labels().to_vec()))
+}
+
+/// This rank's median seconds to exchange `nbytes` with its partner on `tier`. Collective.
+pub fn measure_sendrecv(nbytes: usize, repeats: usize, tier: Tier) -> Result<f64> {
     worker::run_in_order(|| {
         process::with_communicator(WORLD, |comm| {
-            probe::sendrecv_seconds(comm.transport(), nbytes, repeats)
+            probe::sendrecv_seconds(comm.transport(), nbytes, repeats, tier)
         })
     })
 }

@@ -18,7 +18,8 @@ pub use parts::Parts;
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, convert, Finish, Order, Scaling};
-use crate::transport::Transport;
+use crate::transport::view::View;
+use crate::transport::{Nodes, Transport};
 use std::ops::Range;
 
 /// Declares each registered module (one file each) and the registry that lists them, in the
@@ -39,6 +40,7 @@ registry!(
         halving_doubling::HalvingDoubling,
         recursive_doubling::RecursiveDoubling,
         shm::Shm,
+        two_tier::TwoTier,
         mpi::Mpi,
     ]
 );
@@ -204,6 +206,43 @@ pub struct Cost {
     pub reduced: f64,
 }
 
+/// One run's cost when the ranks span several nodes: what stays inside a node (priced with the
+/// node's alpha and beta) and what crosses a node's link (the network's), on the busiest rank
+/// and the busiest link.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Tiered {
+    pub within: Cost,
+    /// `bytes`: what the busiest node's link carries in each direction, from all of its ranks
+    /// at once; `reduced` is always 0 (reductions happen in `within`).
+    pub across: Cost,
+}
+
+impl Tiered {
+    /// Everything inside one node.
+    pub fn within(cost: Cost) -> Self {
+        Tiered {
+            within: cost,
+            across: Cost::default(),
+        }
+    }
+
+    /// A schedule that ignores where ranks run: any of its messages may cross a link, and every
+    /// rank of a node may send over it at once (`senders` of them).
+    pub fn unaware(flat: Cost, senders: usize) -> Self {
+        Tiered {
+            within: Cost {
+                reduced: flat.reduced,
+                ..Cost::default()
+            },
+            across: Cost {
+                messages: flat.messages,
+                bytes: flat.bytes * senders as f64,
+                reduced: 0.0,
+            },
+        }
+    }
+}
+
 /// Whether an algorithm can reduce a dtype with an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Support {
@@ -229,6 +268,17 @@ pub trait Algorithm: Sync {
     /// Its cost for `bytes` (the whole message: the vector reduced, broadcast or gathered) on
     /// `ranks` ranks.
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost;
+
+    /// Its cost on the ranks of `nodes` (the busiest rank's messages and bytes inside a node,
+    /// and the busiest node link's). By default: on one node the flat cost, on several the
+    /// cost of a schedule that does not know where ranks run ([`Tiered::unaware`]).
+    fn cost_on(&self, nodes: &Nodes, bytes: usize, tuning: &Tuning) -> Tiered {
+        let flat = self.cost(nodes.ranks(), bytes, tuning);
+        if nodes.count() <= 1 {
+            return Tiered::within(flat);
+        }
+        Tiered::unaware(flat, nodes.per_node().1)
+    }
 
     /// Whether it applies [`Reduction`]'s scaling in its own combines (else the caller sweeps
     /// the data before and after).
@@ -342,6 +392,36 @@ pub fn check_support<T: Algorithm + ?Sized>(
         op.name(),
         names(able)
     )))
+}
+
+/// The ranks of `transport` in node-major order, if that is not already their order: a ring in
+/// that order crosses each node's link once per step, wherever the launcher placed the ranks
+/// (Patarasuk & Yuan, Lemma 6). `None` when the order is already node-major (one node, or block
+/// placement).
+pub fn node_major(transport: &dyn Transport) -> Result<Option<View<'_>>> {
+    let order = transport.nodes().node_major_order();
+    if order.iter().enumerate().all(|(i, &r)| i == r) {
+        return Ok(None);
+    }
+    View::new(transport, order).map(Some)
+}
+
+/// The cost of a schedule that runs in [`node_major`] order: each of its steps crosses a node's
+/// link once, the other messages stay inside the nodes, at the same time.
+pub fn node_major_cost(flat: Cost, nodes: &Nodes) -> Tiered {
+    if nodes.count() <= 1 {
+        return Tiered::within(flat);
+    }
+    Tiered {
+        within: Cost {
+            reduced: flat.reduced,
+            ..Cost::default()
+        },
+        across: Cost {
+            reduced: 0.0,
+            ..flat
+        },
+    }
 }
 
 /// Each rank's input times `pre`, the result (after `avg`'s division) times `post`.

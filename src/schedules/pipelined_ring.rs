@@ -10,11 +10,13 @@
 //! more than N-1 blocks), whatever the message size.
 
 use super::blocks::Blocks;
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use super::{
+    node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
+};
 use crate::error::{CoreError, Result};
 use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::{Destination, Pieces, PiecesMut, Request, Transport};
+use crate::transport::{Destination, Nodes, Pieces, PiecesMut, Request, Transport};
 use std::collections::VecDeque;
 
 pub struct PipelinedRing;
@@ -80,6 +82,10 @@ impl Algorithm for PipelinedRing {
         }
     }
 
+    fn cost_on(&self, nodes: &Nodes, bytes: usize, tuning: &Tuning) -> Tiered {
+        node_major_cost(self.cost(nodes.ranks(), bytes, tuning), nodes)
+    }
+
     fn folds_scaling(&self) -> bool {
         true
     }
@@ -93,6 +99,11 @@ impl Allreduce for PipelinedRing {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
+        let ordered = node_major(transport)?;
+        let transport: &dyn Transport = match &ordered {
+            Some(view) => view,
+            None => transport,
+        };
         let n = transport.size();
         let elem = reduction.elem_size();
         let blocks = Blocks::new(buf.len() / elem, n, elem);

@@ -13,17 +13,22 @@
 //! which is 2(N-1)/N·m when N divides the element count (the lower bound of Lemma 5), and
 //! within one element per block of it otherwise. Scratch: one block, ⌈count/N⌉ elements.
 //!
+//! When the ranks span nodes, the ring runs in node-major order ([`super::node_major`]), so
+//! that each step crosses each node's link once whatever the placement.
+//!
 //! The two phases work on any disjoint blocks, so they also serve reduce-scatter and
 //! allgather with uneven per-rank sizes ([`super::ring_reduce_scatter`],
 //! [`super::ring_allgather`]).
 
 use super::blocks::Blocks;
 use super::exchange::{send_and_receive, swap};
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use super::{
+    node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
+};
 use crate::error::{CoreError, Result};
 use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::Transport;
+use crate::transport::{Nodes, Transport};
 use std::ops::Range;
 
 pub struct Ring;
@@ -42,6 +47,10 @@ impl Algorithm for Ring {
         }
     }
 
+    fn cost_on(&self, nodes: &Nodes, bytes: usize, tuning: &Tuning) -> Tiered {
+        node_major_cost(self.cost(nodes.ranks(), bytes, tuning), nodes)
+    }
+
     fn folds_scaling(&self) -> bool {
         true
     }
@@ -55,6 +64,11 @@ impl Allreduce for Ring {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
+        let ordered = node_major(transport)?;
+        let transport: &dyn Transport = match &ordered {
+            Some(view) => view,
+            None => transport,
+        };
         let n = transport.size();
         let elem = reduction.elem_size();
         let even = Blocks::new(buf.len() / elem, n, elem);

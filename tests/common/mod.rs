@@ -17,6 +17,8 @@ pub struct RankOutcome {
     pub largest_message: usize,
     pub peak_scratch: usize,
     pub unreceived: usize,
+    /// Bytes sent to ranks on other nodes.
+    pub bytes_across: usize,
 }
 
 /// How a run is set up beyond the inputs.
@@ -28,6 +30,8 @@ pub struct Setup {
     /// `None`: one contiguous buffer.
     pub parts: Option<Vec<usize>>,
     pub factors: Factors,
+    /// Rank r runs on node `nodes[r]`; `None`: every rank on one node.
+    pub nodes: Option<Vec<usize>>,
 }
 
 impl Default for Setup {
@@ -37,6 +41,7 @@ impl Default for Setup {
             tuning: Tuning::default(),
             parts: None,
             factors: Factors::NONE,
+            nodes: None,
         }
     }
 }
@@ -81,7 +86,19 @@ pub fn run_with(
     op: ReduceOp,
     setup: &Setup,
 ) -> Vec<RankOutcome> {
-    let transports = LocalTransport::group_with_limit(inputs.len(), setup.max_message_bytes);
+    let transports: Vec<LocalTransport> = match &setup.nodes {
+        None => LocalTransport::group_with_limit(inputs.len(), setup.max_message_bytes),
+        Some(nodes) => {
+            assert_eq!(nodes.len(), inputs.len(), "one node per rank");
+            LocalTransport::cluster(nodes)
+                .into_iter()
+                .map(|mut t| {
+                    t.set_message_limit(setup.max_message_bytes);
+                    t
+                })
+                .collect()
+        }
+    };
     let outcomes: Vec<(Vec<u8>, LocalTransport, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = transports
             .into_iter()
@@ -139,6 +156,7 @@ pub fn run_with(
             largest_message: transport.largest_message(),
             peak_scratch,
             unreceived: transport.unreceived_messages(),
+            bytes_across: transport.bytes_across(),
         })
         .collect()
 }
