@@ -8,7 +8,7 @@ import sys
 import threading
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
@@ -233,26 +233,96 @@ def reset_stats() -> None:
 
 @dataclass(frozen=True)
 class Topology:
-    """Where the ranks run: ``hosts[r]`` is rank r's host (as MPI names it); this rank is
-    ``local_rank`` of the ``local_size`` ranks on its host, which is host ``cross_rank`` of
-    ``cross_size`` (hosts ordered by their lowest rank)."""
+    """Where the ranks run. A node is what the MPI library calls one
+    (``MPI_COMM_TYPE_SHARED``: the ranks that can share memory), numbered by its lowest rank;
+    ``hosts[r]`` is rank r's host name (as MPI names it) and ``nodes[r]`` its node. This rank
+    is ``local_rank`` of the ``local_size`` ranks on its node, which is node ``cross_rank`` of
+    ``cross_size``. ``placement`` says how the launcher laid the ranks out: "block" (each
+    node's ranks consecutive), "round-robin" (rank r on node r mod H, as many on each) or
+    "irregular". ``tiers`` says, per allreduce algorithm, what crosses the nodes' links.
+
+    ``print(ringlet.topology())`` shows all of it."""
 
     hosts: tuple[str, ...]
+    nodes: tuple[int, ...]
     local_rank: int
     local_size: int
     cross_rank: int
     cross_size: int
+    placement: str
+    tiers: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def ranks_per_node(self) -> tuple[int, ...]:
+        """Ranks on each node, in node order."""
+        return tuple(self.nodes.count(n) for n in range(self.cross_size))
+
+    def __str__(self) -> str:
+        lines = [
+            f"{len(self.nodes)} ranks on {self.cross_size} node(s), placement {self.placement}:"
+        ]
+        for node in range(self.cross_size):
+            ranks = [r for r, n in enumerate(self.nodes) if n == node]
+            lines.append(f"  node {node} ({self.hosts[ranks[0]]}): ranks {_ranges(ranks)}")
+        lines.append(f"  this rank: local {self.local_rank} of {self.local_size} on node "
+                     f"{self.cross_rank}")
+        lines.append("  allreduce algorithms, between nodes:")
+        width = max((len(a) for a in self.tiers), default=0)
+        lines.extend(f"    {a:<{width}}  {what}" for a, what in self.tiers.items())
+        return "\n".join(lines)
 
 
-def topology() -> Topology:
-    """This rank's place among the hosts (known since ``init``; not collective)."""
-    me, _, hosts = _current_group()
-    local = [r for r, h in enumerate(hosts) if h == hosts[me]]
-    order = list(dict.fromkeys(hosts))  # hosts by first appearance = by lowest rank
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and spans[-1][1] == r - 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+
+
+def _placement(nodes: list[int]) -> str:
+    count = len(set(nodes))
+    members = [[r for r, n in enumerate(nodes) if n == node] for node in range(count)]
+    if all(m == list(range(m[0], m[0] + len(m))) for m in members):
+        return "block"
+    if len({len(m) for m in members}) == 1 and all(n == r % count for r, n in enumerate(nodes)):
+        return "round-robin"
+    return "irregular"
+
+
+def _tier(algorithm: str, nodes: list[int], process_set: int) -> str:
+    """What `algorithm` sends over each node's link, from its cost model, in multiples of the
+    message size m (at 64 MiB, where the bytes dominate)."""
+    why = _core.algorithm_unavailable("allreduce", algorithm, process_set)
+    if why is not None:
+        return f"unavailable: {why}"
+    if len(set(nodes)) <= 1:
+        return "one node: nothing crosses"
+    m = 64 << 20
+    _, _, _, messages, sent = _core.algorithm_cost("allreduce", algorithm, nodes, m)
+    hosts = len(set(nodes))
+    bound = 2 * (hosts - 1) / hosts
+    return (f"{sent / m:.2f} m per link in {messages:.0f} messages "
+            f"(the bound is {bound:.2f} m)")
+
+
+def topology(process_set: int = 0) -> Topology:
+    """Where the ranks of ringlet's communicator (or of ``process_set``, an id) run: known
+    since ``init``; not collective."""
+    init()
+    me, _, hosts = _core.group(process_set)
+    nodes = _core.nodes(process_set)
+    local = [r for r, n in enumerate(nodes) if n == nodes[me]]
     return Topology(
         hosts=tuple(hosts),
+        nodes=tuple(nodes),
         local_rank=local.index(me),
         local_size=len(local),
-        cross_rank=order.index(hosts[me]),
-        cross_size=len(order),
+        cross_rank=nodes[me],
+        cross_size=len(set(nodes)),
+        placement=_placement(nodes),
+        tiers={a: _tier(a, nodes, process_set) for a in _core.algorithms("allreduce")},
     )

@@ -2,17 +2,19 @@
 
 Each candidate's time is predicted with the alpha-beta-gamma (Hockney) model: alpha seconds per
 message, beta seconds per byte moved between two ranks, gamma seconds per byte reduced (per
-dtype). Each algorithm declares its own cost next to its code in the Rust core (messages, bytes
-sent and bytes reduced on its busiest rank, as functions of the rank count and message size;
-the formulas of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
-Operations in MPICH"), so the selector knows every registered algorithm without a list of its
-own. The three are measured
-on this machine by a short calibration, and the model is then corrected by timing the
-candidates themselves at a few sizes: ``predicted = model x (measured / model)``, interpolated
-in log-size between the calibrated sizes. The correction is what catches what the model cannot
-see (cache effects, the MPI library's own tricks).
+dtype), with a second alpha and beta for what crosses a node's link when the ranks span several
+nodes. Each algorithm declares its own cost next to its code in the Rust core (messages, bytes
+sent and bytes reduced on its busiest rank inside a node, and messages and bytes over the
+busiest node's link, as functions of the ranks' layout and the message size; the formulas of
+Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in MPICH"),
+so the selector knows every registered algorithm without a list of its own. The parameters are
+measured by a short calibration (a few exchanges inside a node and between nodes), and the
+model is then corrected by timing the candidates themselves at growing sizes, as long as they
+fit a budget of ``CALIBRATION_BUDGET`` seconds: ``predicted = model x (measured / model)``,
+interpolated in log-size between the calibrated sizes. The correction is what catches what the
+model cannot see (cache effects, the MPI library's own tricks).
 
-The calibration runs once per host set, rank count, MPI library and ringlet version, on the
+The calibration runs once per layout of ranks on nodes, MPI library and ringlet version, on the
 first ``auto`` call (it is collective: every rank takes part), and is cached as JSON in
 ``$RINGLET_CACHE_DIR`` (default ``$XDG_CACHE_HOME/ringlet`` or ``~/.cache/ringlet``). Rank 0's
 parameters are broadcast, so every rank makes the same choice. The choices are compiled into a
@@ -34,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -51,18 +54,27 @@ ALGORITHMS = tuple(_core.algorithms("allreduce"))
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
 registers them."""
 
-CACHE_FORMAT = 3  # bump when the calibration procedure changes
+CACHE_FORMAT = 4  # bump when the calibration procedure changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
                      16 << 20)
 """float32 message sizes (bytes) at which calibration times every candidate."""
 LARGE_CALIBRATION_SIZE = 64 << 20
 """Also timed, for every candidate: beyond the last-level cache the winners change."""
+CALIBRATION_BUDGET = 3.0
+"""Seconds the timed runs of a calibration may take: the sizes stop where the next would not
+fit (on a slow network, sooner; larger sizes keep the last measured correction)."""
+ACROSS_PROBE_BYTES = 512 << 10
+"""The exchange between nodes that measures their bandwidth: long enough to dwarf the latency,
+short enough for a slow link (40 ms at 100 Mbit/s)."""
 
 # Built-in parameters (a 2-core AMD EPYC VM, Open MPI 4.1): used with RINGLET_CALIBRATE=0
 # and by explain() before any calibration exists.
 DEFAULT_ALPHA = 1.5e-6
 DEFAULT_BETA = 1 / 6e9
 DEFAULT_GAMMA = 1 / 30e9
+# Between nodes: a 10 Gbit/s Ethernet with TCP's latency.
+DEFAULT_ALPHA_ACROSS = 30e-6
+DEFAULT_BETA_ACROSS = 8 / 10e9
 
 
 def check_algorithm(algorithm: str) -> str:
@@ -98,6 +110,9 @@ class Parameters:
 
     alpha: float = DEFAULT_ALPHA
     beta: float = DEFAULT_BETA
+    # Between nodes (used only when the ranks span several).
+    alpha_across: float = DEFAULT_ALPHA_ACROSS
+    beta_across: float = DEFAULT_BETA_ACROSS
     gamma: dict[str, float] = field(default_factory=dict)
     # algorithm -> [(bytes, measured / model)], from float32 timings, sorted by bytes.
     corrections: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -122,7 +137,8 @@ class Parameters:
         if not isinstance(data, dict) or data.pop("format", None) != CACHE_FORMAT:
             raise ValueError("not a ringlet calibration of this format")
         params = cls(**data, source=source)
-        numbers = [params.alpha, params.beta, *params.gamma.values()]
+        numbers = [params.alpha, params.beta, params.alpha_across, params.beta_across,
+                   *params.gamma.values()]
         if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
             raise ValueError("parameters must be positive numbers")
         params.corrections = {
@@ -135,13 +151,26 @@ class Parameters:
         return params
 
 
-def model_seconds(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters) -> float:
-    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks, from the
-    algorithm's own cost declaration."""
+def layout(size: int, process_set: int = 0) -> list[int]:
+    """Each rank's node for a model of ``size`` ranks: the process set's own layout when it has
+    that many ranks, else (a what-if for another rank count) all of them on one node."""
+    nodes = _core.nodes(process_set) if _core.is_initialized() else []
+    return nodes if len(nodes) == size else [0] * size
+
+
+def model_seconds(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters,
+                  nodes: list[int] | None = None) -> float:
+    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks placed on
+    ``nodes`` (default: :func:`layout`), from the algorithm's own cost declaration: alpha and
+    beta inside a node for what stays inside, ``alpha_across`` and ``beta_across`` for what
+    crosses the busiest node's link."""
     if size <= 1:
         return 0.0
-    messages, sent, reduced = _core.algorithm_cost("allreduce", algorithm, size, int(nbytes))
-    return params.alpha * messages + params.beta * sent + params.gamma_of(dtype) * reduced
+    nodes = layout(size) if nodes is None else nodes
+    messages, sent, reduced, messages_across, sent_across = _core.algorithm_cost(
+        "allreduce", algorithm, nodes, int(nbytes))
+    return (params.alpha * messages + params.beta * sent + params.gamma_of(dtype) * reduced
+            + params.alpha_across * messages_across + params.beta_across * sent_across)
 
 
 def correction(algorithm: str, nbytes: int, params: Parameters) -> float:
@@ -160,15 +189,18 @@ def correction(algorithm: str, nbytes: int, params: Parameters) -> float:
     return math.exp((1 - t) * math.log(r0) + t * math.log(r1))
 
 
-def predict(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters) -> float:
-    model = model_seconds(algorithm, nbytes, size, dtype, params)
+def predict(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters,
+            nodes: list[int] | None = None) -> float:
+    model = model_seconds(algorithm, nbytes, size, dtype, params, nodes)
     return model * correction(algorithm, nbytes, params)
 
 
 def best(nbytes: int, size: int, dtype: str, params: Parameters, op: str = "sum",
          process_set: int = 0) -> str:
     options = candidates(dtype, op, process_set)
-    return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params), options.index(a)))
+    nodes = layout(size, process_set)
+    return min(options, key=lambda a: (predict(a, nbytes, size, dtype, params, nodes),
+                                       options.index(a)))
 
 
 def pack_below(dtype: str, size: int) -> int:
@@ -358,6 +390,7 @@ def calibration_key() -> dict[str, Any]:
     return {
         "hosts": sorted(set(hosts)),
         "ranks_per_host": sorted(hosts.count(h) for h in set(hosts)),
+        "nodes": _core.nodes(0),
         "size": size,
         "mpi": _core.mpi_library()[0].splitlines()[0],
         "ringlet": __version__,
@@ -402,9 +435,9 @@ def _broadcast_text(text: str) -> str:
     return broadcast_bytes(text.encode(), 0).decode()
 
 
-def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> dict[str, float]:
-    """Best seconds (the slowest rank's, per run) of each algorithm on float32 zeros: on a
-    shared machine noise only adds time, so the minimum ranks candidates most reliably."""
+def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> np.ndarray:
+    """Seconds (the slowest rank's, per run) of each algorithm on float32 zeros, one row per
+    algorithm: the same numbers on every rank."""
     buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
     samples = np.zeros((len(algorithms), repeats))
     for i in range(repeats):
@@ -413,43 +446,86 @@ def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> 
             start = time.perf_counter()
             _core.allreduce(buf, "float32", "sum", name)
             samples[j, i] = time.perf_counter() - start
-    samples = max_over_ranks(samples)
-    return {name: float(np.min(samples[j])) for j, name in enumerate(algorithms)}
+    return max_over_ranks(samples)
+
+
+def _pair_seconds(tier: str, nbytes: int, repeats: int) -> float:
+    """The slowest pair's median exchange of ``nbytes`` on ``tier`` (collective)."""
+    return float(max_over_ranks(np.array([_core.measure_sendrecv(nbytes, repeats, tier)]))[0])
+
+
+class _Progress:
+    """One line on rank 0 once calibration has taken more than a second, and one at the end."""
+
+    def __init__(self, what: str) -> None:
+        self.started = time.perf_counter()
+        self.what = what
+        self.shown = _core.group()[0] != 0  # only rank 0 speaks
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def tick(self) -> None:
+        if not self.shown and self.elapsed() > 1.0:
+            self.shown = True
+            print(f"ringlet: calibrating the allreduce model for {self.what} (once; cached in "
+                  f"{cache_dir()}) ...", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.shown and _core.group()[0] == 0:
+            print(f"ringlet: calibrated in {self.elapsed():.1f} s", file=sys.stderr, flush=True)
 
 
 def _measure(key: dict[str, Any]) -> Parameters:
-    """Run the calibration. Collective; a few hundred milliseconds."""
-    started = time.perf_counter()
+    """Run the calibration. Collective; at most about ``CALIBRATION_BUDGET`` seconds on any
+    network: latency and bandwidth per tier from a few exchanges, then the candidates timed at
+    growing sizes while the time spent and the next size's expected time fit the budget."""
     ranks = size()
-    small = max_over_ranks(np.array([_core.measure_sendrecv(8, 200)]))[0]
-    large = max_over_ranks(np.array([_core.measure_sendrecv(1 << 20, 20)]))[0]
+    nodes = _core.nodes(0)
+    several = len(set(nodes)) > 1
+    progress = _Progress(f"{ranks} ranks on {len(set(nodes))} node(s)")
+    params = Parameters(key=key, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if not several or max(nodes.count(n) for n in set(nodes)) > 1:
+        tier = "within" if several else "any"
+        small = _pair_seconds(tier, 8, 200)
+        large = _pair_seconds(tier, 1 << 20, 20)
+        params.alpha = max(small, 1e-9)
+        params.beta = max((large - small) / (1 << 20), 1e-13)
+    if several:
+        probe = ACROSS_PROBE_BYTES
+        small = _pair_seconds("across", 8, 50)
+        large = _pair_seconds("across", probe, 5)
+        params.alpha_across = max(small, 1e-9)
+        params.beta_across = max((large - small) / probe, 1e-13)
     probe = 256 << 10
     gamma_samples = [_core.measure_combine(d, probe, 20) / probe for d in SUPPORTED_DTYPES]
     gammas = max_over_ranks(np.array(gamma_samples))
-    params = Parameters(
-        alpha=max(small, 1e-9),
-        beta=max((large - small) / (1 << 20), 1e-13),
-        gamma={d: max(float(g), 1e-13) for d, g in zip(SUPPORTED_DTYPES, gammas)},
-        key=key,
-        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-    )
+    params.gamma = {d: max(float(g), 1e-13) for d, g in zip(SUPPORTED_DTYPES, gammas)}
+    progress.tick()
+
     measured: dict[str, list[tuple[int, float]]] = {name: [] for name in ALGORITHMS}
-
-    def record(nbytes: int, times: dict[str, float]) -> None:
-        for name, seconds in times.items():
-            model = model_seconds(name, nbytes, ranks, "float32", params)
-            measured[name].append((nbytes, max(seconds, 1e-9) / max(model, 1e-12)))
-
-    last: dict[str, float] = {}
     timed = candidates("float32", "sum")
-    for nbytes in CALIBRATION_SIZES:
-        last = _time_candidates(nbytes, timed, 40 if nbytes < (1 << 20) else 5)
-        record(nbytes, last)
-    # Every candidate beyond the cache too: one left out would keep its in-cache correction
-    # there and look better than the ones measured past the cliff.
-    record(LARGE_CALIBRATION_SIZE, _time_candidates(LARGE_CALIBRATION_SIZE, timed, 5))
+    spent = 0.0  # seconds of timed runs, the same on every rank (slowest rank's)
+    for nbytes in (*CALIBRATION_SIZES, LARGE_CALIBRATION_SIZE):
+        repeats = 40 if nbytes < (1 << 20) else 5
+        models = {name: model_seconds(name, nbytes, ranks, "float32", params, nodes)
+                  for name in timed}
+        # What this size will take, with each candidate's latest measured/model ratio: every
+        # rank computes the same from the same numbers, so all stop at the same size.
+        expected = repeats * sum(models[name] * (measured[name][-1][1] if measured[name] else 1)
+                                 for name in timed)
+        if spent + expected > CALIBRATION_BUDGET:
+            break
+        samples = _time_candidates(nbytes, timed, repeats)
+        spent += float(samples.sum())
+        for j, name in enumerate(timed):
+            # The minimum: on a shared machine noise only adds time.
+            ratio = max(float(samples[j].min()), 1e-9) / max(models[name], 1e-12)
+            measured[name].append((nbytes, ratio))
+        progress.tick()
     params.corrections = measured
-    params.calibration_seconds = time.perf_counter() - started
+    params.calibration_seconds = progress.elapsed()
+    progress.done()
     return params
 
 

@@ -107,9 +107,24 @@ def test_the_gil_is_released_while_communicating(size):
 def test_topology_names_every_ranks_host(comm, rank, size):
     topology = ringlet.topology()
     assert list(topology.hosts) == comm.allgather(MPI.Get_processor_name())
-    mine = [r for r, h in enumerate(topology.hosts) if h == topology.hosts[rank]]
-    assert (topology.local_rank, topology.local_size) == (mine.index(rank), len(mine))
-    assert topology.cross_size == len(set(topology.hosts))
+    # Nodes as the MPI library groups them, numbered by their lowest rank.
+    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    local = (node_comm.rank, node_comm.size)
+    leaders = comm.allgather(node_comm.allreduce(rank, op=MPI.MIN))
+    node_comm.Free()
+    firsts = list(dict.fromkeys(leaders))
+    assert list(topology.nodes) == [firsts.index(leader) for leader in leaders]
+    assert (topology.local_rank, topology.local_size) == local
+    assert (topology.cross_rank, topology.cross_size) == (firsts.index(leaders[rank]),
+                                                          len(firsts))
+    assert topology.ranks_per_node == tuple(leaders.count(f) for f in firsts)
+    consecutive = all(leaders[r] <= leaders[r + 1] for r in range(size - 1))
+    assert (topology.placement == "block") == consecutive
+    # What it prints: every node and every algorithm.
+    text = str(topology)
+    assert f"{size} ranks on {len(firsts)} node(s), placement {topology.placement}" in text
+    for algorithm in ringlet.ALGORITHMS:
+        assert algorithm in topology.tiers and f"    {algorithm}" in text
 
 
 def test_mpi4py_on_another_mpi_library_is_refused(monkeypatch, comm):

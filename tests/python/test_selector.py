@@ -69,6 +69,39 @@ def test_model_prefers_latency_optimal_small_and_bandwidth_optimal_large():
     assert model("ring", 256 << 20) < model("recursive_doubling", 256 << 20)
 
 
+BLOCK_4X2 = [0, 0, 1, 1, 2, 2, 3, 3]
+ROUND_ROBIN_4X2 = [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("nodes", [BLOCK_4X2, ROUND_ROBIN_4X2, [0, 0, 0, 1]])
+def test_across_nodes_the_model_prices_each_nodes_link(nodes):
+    """A 1 Gbit/s network under 20 GB/s nodes: the two tiers send the node's result once over
+    each link (the bound, 2(H-1)/H m), the node-major ring a block per step, and a schedule
+    that ignores nodes sends every rank's traffic over its node's link."""
+    params = selector.Parameters(alpha=1e-6, beta=1 / 20e9, gamma={"float32": 1 / 20e9},
+                                 alpha_across=50e-6, beta_across=8 / 1e9)
+    m, ranks, hosts = 16 << 20, len(nodes), len(set(nodes))
+    model = {a: selector.model_seconds(a, m, ranks, "float32", params, nodes)
+             for a in ("ring", "halving_doubling", "two_tier")}
+    bound = 2 * (hosts - 1) / hosts * m * params.beta_across
+    assert bound <= model["two_tier"] < 1.1 * bound, model
+    assert model["two_tier"] < model["ring"] < model["halving_doubling"], model
+    # On one node there is no link: the two tiers are the ring.
+    one = [0] * ranks
+    assert selector.model_seconds("two_tier", m, ranks, "float32", params, one) == \
+        selector.model_seconds("ring", m, ranks, "float32", params, one)
+
+
+def test_the_layout_is_the_communicators_own(comm, size):
+    nodes = selector.layout(size)
+    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    leaders = comm.allgather(node_comm.allreduce(comm.rank, op=MPI.MIN))
+    node_comm.Free()
+    firsts = list(dict.fromkeys(leaders))
+    assert nodes == [firsts.index(leader) for leader in leaders]
+    assert selector.layout(size + 3) == [0] * (size + 3)  # a what-if: one node
+
+
 def test_sixteen_bit_floats_and_float_min_max_never_go_to_mpi():
     params = selector.Parameters(alpha=1e-7)  # an MPI allreduce would win small messages
     table = selector.build_table(4, params)
@@ -141,6 +174,27 @@ def test_calibration_round_trips_through_the_cache(quick_calibration, comm, size
     again = selector.parameters()
     assert again.source == str(path), "the second call reads the cache"
     assert again.to_json() == params.to_json()
+
+
+def test_calibration_stops_at_its_budget(quick_calibration, monkeypatch, comm, size):
+    """The sizes stop where the time spent and the next size's expected time would pass the
+    budget: every rank stops at the same size, and nothing is timed past it."""
+    if size == 1:
+        assert ringlet.calibrate().source.startswith("one rank")
+        return
+    # 5 runs of 1 GiB per candidate take seconds even in memory: past the 3 s budget.
+    monkeypatch.setattr(selector, "CALIBRATION_SIZES", (8, 64, 4096))
+    monkeypatch.setattr(selector, "LARGE_CALIBRATION_SIZE", 1 << 30)
+    params = ringlet.calibrate()
+    timed = [b for b, _ in params.corrections["ring"]]
+    assert timed == [8, 64, 4096]
+    assert all(other == timed for other in comm.allgather(timed))
+    assert all([b for b, _ in points] == timed for points in params.corrections.values()
+               if points)
+    assert params.calibration_seconds < selector.CALIBRATION_BUDGET + 2
+    # Larger messages keep the last measured correction.
+    last = params.corrections["ring"][-1][1]
+    assert selector.correction("ring", 1 << 30, params) == pytest.approx(last)
 
 
 def test_corrupt_cache_is_recalibrated_with_a_warning(quick_calibration, comm, size):

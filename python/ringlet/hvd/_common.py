@@ -460,8 +460,7 @@ class Horovod:
     @staticmethod
     def is_homogeneous() -> bool:
         """Whether every host runs the same number of ranks."""
-        hosts = ringlet.topology().hosts
-        return len({hosts.count(h) for h in hosts}) == 1
+        return len(set(ringlet.topology().ranks_per_node)) == 1
 
     @staticmethod
     def barrier(process_set: Any = global_process_set) -> None:
