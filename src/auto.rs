@@ -1,74 +1,281 @@
-//! The decision table behind `algorithm="auto"` for allreduce.
+//! The decision table behind `algorithm="auto"` for allreduce, and its refinement online.
 //!
 //! The Python selector works out, from its cost model and calibration, which algorithm wins
 //! in each size range for each dtype and op, and installs the result here, so that a call
 //! decides with a binary search instead of a trip through Python. An empty table means "ask
-//! Python".
+//! Python". Each range may name an alternative: a candidate the model predicts close to the
+//! winner, which [`Refiner`] tries now and then on real calls.
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::{self, Allreduce, Support, ALLREDUCE};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
-/// Per (dtype, op): (largest message in bytes, algorithm), sorted by size; the last entry
-/// covers every larger message.
-type Table = Vec<((DType, ReduceOp), Vec<(u64, &'static dyn Allreduce)>)>;
+/// One size range: (largest message in bytes, algorithm, alternative).
+type Range = (u64, &'static dyn Allreduce, Option<&'static dyn Allreduce>);
+
+/// Per (dtype, op): its ranges, sorted by size; the last covers every larger message.
+type Table = Vec<((DType, ReduceOp), Vec<Range>)>;
 
 static TABLE: RwLock<Table> = RwLock::new(Vec::new());
+/// Bumped by every install and clear: a refiner forgets what it learned of an older table.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// Replace the table. `entries` are (dtype, op, largest bytes, algorithm name). An algorithm
-/// must reduce its dtype and op with ringlet's own arithmetic, so `auto` never changes an
-/// answer.
-pub fn install(entries: &[(String, String, u64, String)]) -> Result<()> {
+fn checked(dtype: &str, op: &str, algorithm: &str) -> Result<&'static dyn Allreduce> {
+    let key = (DType::from_name(dtype)?, ReduceOp::from_name(op)?);
+    let schedule = schedules::find(ALLREDUCE, algorithm)?;
+    match schedule.support(key.0, key.1) {
+        Support::Full => Ok(schedule),
+        Support::No(reason) | Support::OwnArithmetic(reason) => Err(CoreError::InvalidArgument(
+            format!("the auto table cannot send {dtype} {op} to {algorithm:?}: {reason}"),
+        )),
+    }
+}
+
+/// Replace the table. `entries` are (dtype, op, largest bytes, algorithm, alternative or "").
+/// Both must reduce their dtype and op with ringlet's own arithmetic, so `auto` never changes
+/// an answer.
+pub fn install(entries: &[(String, String, u64, String, String)]) -> Result<()> {
     let mut table: Table = Vec::new();
-    for (dtype, op, upper, algorithm) in entries {
+    for (dtype, op, upper, algorithm, alternative) in entries {
         let key = (DType::from_name(dtype)?, ReduceOp::from_name(op)?);
-        let schedule = schedules::find(ALLREDUCE, algorithm)?;
-        match schedule.support(key.0, key.1) {
-            Support::Full => {}
-            Support::No(reason) | Support::OwnArithmetic(reason) => {
-                return Err(CoreError::InvalidArgument(format!(
-                    "the auto table cannot send {dtype} {op} to {algorithm:?}: {reason}"
-                )))
-            }
-        }
+        let schedule = checked(dtype, op, algorithm)?;
+        let alternative = match alternative.as_str() {
+            "" => None,
+            name if name == algorithm => None,
+            name => Some(checked(dtype, op, name)?),
+        };
+        let range = (*upper, schedule, alternative);
         match table.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, ranges)) => ranges.push((*upper, schedule)),
-            None => table.push((key, vec![(*upper, schedule)])),
+            Some((_, ranges)) => ranges.push(range),
+            None => table.push((key, vec![range])),
         }
     }
     for (_, ranges) in table.iter_mut() {
-        ranges.sort_by_key(|(upper, _)| *upper);
+        ranges.sort_by_key(|(upper, _, _)| *upper);
     }
     *TABLE.write().unwrap_or_else(|e| e.into_inner()) = table;
+    GENERATION.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
 pub fn clear() {
     TABLE.write().unwrap_or_else(|e| e.into_inner()).clear();
+    GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The algorithm for `nbytes` of `dtype` under `op`, or `None` if no table is installed for it.
-pub fn choose(dtype: DType, op: ReduceOp, nbytes: usize) -> Option<&'static dyn Allreduce> {
+/// The range for `nbytes` of `dtype` under `op`: (its index, the range), if a table is
+/// installed for them.
+fn range(dtype: DType, op: ReduceOp, nbytes: usize) -> Option<(usize, Range)> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
     let (_, ranges) = table.iter().find(|(k, _)| *k == (dtype, op))?;
-    let index = ranges.partition_point(|(upper, _)| *upper < nbytes as u64);
-    ranges
-        .get(index)
-        .or_else(|| ranges.last())
-        .map(|(_, schedule)| *schedule)
+    let index = ranges
+        .partition_point(|(upper, _, _)| *upper < nbytes as u64)
+        .min(ranges.len().checked_sub(1)?);
+    ranges.get(index).map(|r| (index, *r))
+}
+
+/// The table's algorithm for `nbytes` of `dtype` under `op`, or `None` if no table is
+/// installed for them.
+pub fn choose(dtype: DType, op: ReduceOp, nbytes: usize) -> Option<&'static dyn Allreduce> {
+    range(dtype, op, nbytes).map(|(_, (_, schedule, _))| schedule)
+}
+
+/// What a call runs under `auto`, as a [`Refiner`] decided it.
+#[derive(Clone, Copy)]
+pub struct Pick {
+    pub schedule: &'static dyn Allreduce,
+    /// This call tries the range's alternative.
+    pub exploring: bool,
+    key: (DType, ReduceOp, usize),
+}
+
+/// Calls in a range before it first tries its alternative; the gap then doubles up to
+/// `MAX_EXPLORE_GAP`, so trying costs at most one call in that many.
+const FIRST_EXPLORE: u64 = 8;
+const MAX_EXPLORE_GAP: u64 = 1024;
+/// The alternative takes over when its time is below this fraction of the winner's.
+const SWITCH_BELOW: f64 = 0.9;
+/// Recent times of the winner kept per range, to compare a try with.
+const RECENT: usize = 4;
+
+#[derive(Default)]
+struct RangeState {
+    calls: u64,
+    next_try: u64,
+    /// The alternative won a comparison (an odd number of times): the two trade places.
+    swapped: bool,
+    /// The winner's recent (bytes, seconds on this rank).
+    recent: VecDeque<(usize, f64)>,
+    tries: u64,
+    switches: u64,
+}
+
+/// One communicator's online refinement of the table: it runs the table's winner, now and then
+/// tries the range's alternative instead, and swaps the two when the alternative was faster on
+/// every rank. Every decision depends only on the sequence of calls, which every rank shares
+/// (the consistency check compares the algorithm each rank runs), and on timings agreed with
+/// an allreduce of their maxima, so every rank decides alike.
+#[derive(Default)]
+pub struct Refiner {
+    generation: u64,
+    ranges: HashMap<(DType, ReduceOp, usize), RangeState>,
+    /// `RINGLET_EXPLORE=0`: always the table's winner.
+    off: bool,
+}
+
+/// A try's outcome to agree on: the winner's best recent time and the try's, on this rank.
+pub type Timings = [f64; 2];
+
+impl Refiner {
+    pub fn new(enabled: bool) -> Self {
+        Refiner {
+            off: !enabled,
+            ..Refiner::default()
+        }
+    }
+
+    /// Forget everything (the ranks' call sequences may have diverged, as after a join).
+    pub fn reset(&mut self) {
+        self.ranges.clear();
+    }
+
+    fn state(&mut self, key: (DType, ReduceOp, usize)) -> &mut RangeState {
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if generation != self.generation {
+            self.generation = generation;
+            self.ranges.clear();
+        }
+        self.ranges.entry(key).or_insert_with(|| RangeState {
+            next_try: FIRST_EXPLORE,
+            ..RangeState::default()
+        })
+    }
+
+    /// What the next `auto` call on `nbytes` of `dtype` under `op` runs, without counting it
+    /// (see [`commit`](Self::commit)); `None` if no table is installed for them.
+    pub fn pick(&mut self, dtype: DType, op: ReduceOp, nbytes: usize) -> Option<Pick> {
+        let (index, (_, winner, alternative)) = range(dtype, op, nbytes)?;
+        let key = (dtype, op, index);
+        let off = self.off;
+        let state = self.state(key);
+        let (first, second) = match (alternative, state.swapped) {
+            (Some(alternative), true) => (alternative, Some(winner)),
+            _ => (winner, alternative),
+        };
+        let exploring = !off && second.is_some() && state.calls + 1 == state.next_try;
+        Some(Pick {
+            schedule: if exploring {
+                second.unwrap_or(first)
+            } else {
+                first
+            },
+            exploring,
+            key,
+        })
+    }
+
+    /// Count `pick`'s call: once every rank has agreed to make it (a call that fails its check
+    /// counts on no rank, so the ranks stay in step).
+    pub fn commit(&mut self, pick: &Pick) {
+        let state = self.state(pick.key);
+        state.calls += 1;
+        if pick.exploring {
+            state.tries += 1;
+            state.next_try = state.calls + state.calls.min(MAX_EXPLORE_GAP);
+        }
+    }
+
+    /// Record a committed call's time. For a try with a recent winner's time at the same size,
+    /// the two timings to agree on (every rank gets `Some` at the same call).
+    pub fn observe(&mut self, pick: &Pick, nbytes: usize, seconds: f64) -> Option<Timings> {
+        let state = self.state(pick.key);
+        if !pick.exploring {
+            if state.recent.len() == RECENT {
+                state.recent.pop_front();
+            }
+            state.recent.push_back((nbytes, seconds));
+            return None;
+        }
+        let winner = state
+            .recent
+            .iter()
+            .filter(|(bytes, _)| *bytes == nbytes)
+            .map(|(_, s)| *s)
+            .min_by(f64::total_cmp)?;
+        Some([winner, seconds])
+    }
+
+    /// Decide with the timings' maxima over the ranks (the same on every rank).
+    pub fn decide(&mut self, pick: &Pick, slowest: Timings) {
+        let state = self.state(pick.key);
+        let [winner, tried] = slowest;
+        if tried < SWITCH_BELOW * winner {
+            state.swapped = !state.swapped;
+            state.switches += 1;
+            state.recent.clear(); // the new winner's times come next
+        }
+    }
+
+    /// Per range tried or switched: (dtype, op, range index, winner now, calls, tries,
+    /// switches).
+    pub fn report(&self) -> Vec<(DType, ReduceOp, usize, &'static str, u64, u64, u64)> {
+        if self.generation != GENERATION.load(Ordering::Relaxed) {
+            return Vec::new(); // learned of an older table
+        }
+        let mut rows: Vec<_> = self
+            .ranges
+            .iter()
+            .filter_map(|(&(dtype, op, index), state)| {
+                let (_, (_, winner, alternative)) = range_at(dtype, op, index)?;
+                let now = match (alternative, state.swapped) {
+                    (Some(alternative), true) => alternative,
+                    _ => winner,
+                };
+                Some((
+                    dtype,
+                    op,
+                    index,
+                    now.name(),
+                    state.calls,
+                    state.tries,
+                    state.switches,
+                ))
+            })
+            .collect();
+        rows.sort_by_key(|r| (r.0.name(), r.1.name(), r.2));
+        rows
+    }
+}
+
+fn range_at(dtype: DType, op: ReduceOp, index: usize) -> Option<(usize, Range)> {
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    let (_, ranges) = table.iter().find(|(k, _)| *k == (dtype, op))?;
+    ranges.get(index).map(|r| (index, *r))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
-    fn entry(dtype: &str, op: &str, upper: u64, name: &str) -> (String, String, u64, String) {
-        (dtype.into(), op.into(), upper, name.into())
+    /// The table is global: its tests take turns.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn entry(
+        dtype: &str,
+        op: &str,
+        upper: u64,
+        name: &str,
+    ) -> (String, String, u64, String, String) {
+        (dtype.into(), op.into(), upper, name.into(), String::new())
     }
 
     #[test]
     fn ranges_pick_the_first_upper_bound_at_or_above_the_size() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         install(&[
             entry("float32", "sum", 1024, "recursive_doubling"),
             entry("float32", "sum", 1 << 20, "halving_doubling"),
@@ -106,5 +313,114 @@ mod tests {
         assert!(install(&[entry("float32", "sum", 8, "tree")]).is_err());
         clear();
         assert!(choose(DType::F32, ReduceOp::Min, 8).is_none());
+    }
+
+    fn install_with_alternative() {
+        install(&[(
+            "float32".into(),
+            "sum".into(),
+            u64::MAX,
+            "ring".into(),
+            "halving_doubling".into(),
+        )])
+        .expect("valid table");
+    }
+
+    /// Play `calls` committed calls of `nbytes`, the winner taking `winner_seconds` and a try
+    /// `tried_seconds` (as every rank's maximum); the tries' call numbers.
+    fn play(
+        refiner: &mut Refiner,
+        calls: u64,
+        winner_seconds: f64,
+        tried_seconds: f64,
+    ) -> Vec<u64> {
+        let mut tries = Vec::new();
+        for call in 1..=calls {
+            let pick = refiner
+                .pick(DType::F32, ReduceOp::Sum, 4096)
+                .expect("a table");
+            refiner.commit(&pick);
+            let seconds = if pick.exploring {
+                tries.push(call);
+                tried_seconds
+            } else {
+                winner_seconds
+            };
+            if let Some(timings) = refiner.observe(&pick, 4096, seconds) {
+                refiner.decide(&pick, timings);
+            }
+        }
+        tries
+    }
+
+    #[test]
+    fn the_alternative_is_tried_ever_less_often_and_kept_out_while_slower() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        install_with_alternative();
+        let mut refiner = Refiner::new(true);
+        let tries = play(&mut refiner, 200, 1.0, 2.0);
+        assert_eq!(tries, vec![8, 16, 32, 64, 128]);
+        let pick = refiner
+            .pick(DType::F32, ReduceOp::Sum, 4096)
+            .expect("a table");
+        assert_eq!(pick.schedule.name(), "ring");
+        let report = refiner.report();
+        assert_eq!(report.len(), 1);
+        assert_eq!(report[0].3, "ring");
+        assert_eq!((report[0].4, report[0].5, report[0].6), (200, 5, 0));
+    }
+
+    #[test]
+    fn a_faster_alternative_takes_over_and_the_old_winner_is_tried_in_turn() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        install_with_alternative();
+        let mut refiner = Refiner::new(true);
+        let tries = play(&mut refiner, 10, 1.0, 0.5);
+        assert_eq!(tries, vec![8]);
+        let pick = refiner
+            .pick(DType::F32, ReduceOp::Sum, 4096)
+            .expect("a table");
+        assert_eq!(pick.schedule.name(), "halving_doubling");
+        // Now the ring is the one tried (call 16), and it is slower: it stays out.
+        let tries = play(&mut refiner, 10, 0.5, 1.0);
+        assert_eq!(tries, vec![6]); // the 16th call in the range
+        assert_eq!(refiner.report()[0].3, "halving_doubling");
+        // Within 10% is no reason to switch.
+        let mut close = Refiner::new(true);
+        play(&mut close, 8, 1.0, 0.95);
+        assert_eq!(close.report()[0].3, "ring");
+    }
+
+    #[test]
+    fn nothing_is_tried_when_turned_off_or_uncounted_and_a_new_table_starts_over() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        install_with_alternative();
+        let mut off = Refiner::new(false);
+        assert!(play(&mut off, 100, 1.0, 0.1).is_empty());
+        // Picks that are never committed (their call failed its check) do not count.
+        let mut refiner = Refiner::new(true);
+        for _ in 0..20 {
+            let pick = refiner
+                .pick(DType::F32, ReduceOp::Sum, 4096)
+                .expect("a table");
+            assert!(!pick.exploring);
+        }
+        assert_eq!(play(&mut refiner, 8, 1.0, 0.5), vec![8]);
+        assert_eq!(refiner.report()[0].3, "halving_doubling");
+        install_with_alternative();
+        assert!(
+            refiner.report().is_empty(),
+            "what it learned was of the old table"
+        );
+        let pick = refiner
+            .pick(DType::F32, ReduceOp::Sum, 4096)
+            .expect("a table");
+        assert_eq!(
+            pick.schedule.name(),
+            "ring",
+            "a new table: learned nothing yet"
+        );
+        refiner.reset();
+        assert!(refiner.report().is_empty());
     }
 }

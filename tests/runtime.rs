@@ -44,6 +44,7 @@ fn on_ranks<R: Send>(
                         stall: policy,
                         host: format!("host{}", rank / 2),
                         sink,
+                        explore: true,
                     };
                     let mut comm = Communicator::new(transport, options).expect("set up");
                     body(&mut comm)

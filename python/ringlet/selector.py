@@ -20,6 +20,13 @@ first ``auto`` call (it is collective: every rank takes part), and is cached as 
 parameters are broadcast, so every rank makes the same choice. The choices are compiled into a
 size table inside the Rust core, so a decision costs a binary search, not a Python call.
 
+The table is then refined on the real calls (``RINGLET_EXPLORE=0`` turns it off): each size
+range names a runner-up that the model predicts close to the winner; the core runs the winner,
+tries the runner-up on the 8th call in the range, then the 16th, 32nd, ... (at most one call in
+1024), and when the runner-up was at least 10% faster on the slowest rank (an allreduce of the
+two timings' maxima, so every rank decides alike) the two trade places. :func:`refinements`
+shows what it learned.
+
 Overrides (read when the table is built, i.e. at the first ``auto`` call):
 
 - ``algorithm=`` on the call;
@@ -272,6 +279,10 @@ def bucket_bytes(dtype: str, size: int, *, hosts: int, cores_per_rank: int,
 # ---------------------------------------------------------------------------------------------
 # The decision table: built once per communicator, installed in the Rust core.
 
+EXPLORE_WITHIN = 1.5
+"""A range's runner-up is tried on real calls when the model predicts it within this factor of
+the winner (see :func:`alternatives`)."""
+
 _params: Parameters | None = None
 _table: dict[tuple[str, str], list[tuple[int, str]]] = {}
 _table_size = 0
@@ -337,14 +348,52 @@ def build_table(size: int, params: Parameters) -> dict[tuple[str, str], list[tup
     return table
 
 
+def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
+                 params: Parameters) -> dict[tuple[str, str], list[str]]:
+    """Per range of ``table``, the candidate ``auto`` tries now and then on real calls: the
+    runner-up at the range's middle (in log-size) if the model predicts it within
+    ``EXPLORE_WITHIN`` of the winner, else "" (nothing close enough to try). None where the
+    environment sets the table: it is the user's."""
+    forced = "RINGLET_ALGORITHM" in os.environ or "RINGLET_AUTO_TABLE" in os.environ
+    result = {}
+    for (dtype, op), ranges in table.items():
+        options = candidates(dtype, op) if size > 1 and not forced else ()
+        row, low = [], 1
+        for limit, winner in ranges:
+            middle = int(math.sqrt(low * min(limit, LARGE_CALIBRATION_SIZE * 4)))
+            best_time = predict(winner, middle, size, dtype, params)
+            ranked = sorted((predict(a, middle, size, dtype, params), a)
+                            for a in options if a != winner)
+            close = ranked and ranked[0][0] <= EXPLORE_WITHIN * best_time
+            row.append(ranked[0][1] if close else "")
+            low = limit + 1
+        result[dtype, op] = row
+    return result
+
+
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
     _params, _table, _table_size = params, build_table(size, params), size
+    tries = alternatives(_table, size, params)
     _core.set_auto_table([
-        (dtype, op, limit, name)
+        (dtype, op, limit, name, tries[dtype, op][i])
         for (dtype, op), ranges in _table.items()
-        for limit, name in ranges
+        for i, (limit, name) in enumerate(ranges)
     ])
+
+
+def refinements(process_set: int = 0) -> list[dict[str, Any]]:
+    """What ``auto`` learned on real calls since the table was built: per size range it has
+    played, the algorithm it runs now, its calls, how often it tried the range's alternative,
+    and how often the two traded places (an alternative takes over when it was faster by 10%
+    on the slowest rank). Local; every rank holds the same."""
+    rows = []
+    for dtype, op, index, now, calls, tries, switches in _core.auto_refinements(process_set):
+        ranges = _table.get((dtype, op), [])
+        upper = ranges[index][0] if index < len(ranges) else TABLE_LIMIT
+        rows.append({"dtype": dtype, "op": op, "up_to_bytes": upper, "algorithm": now,
+                     "calls": calls, "tries": tries, "switches": switches})
+    return rows
 
 
 def _lookup(nbytes: int, dtype: str, op: str) -> str:

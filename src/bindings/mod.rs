@@ -317,10 +317,35 @@ fn refuse(py: Python<'_>, collective: &str, reason: String, process_set: SetId) 
     detached(py, || runtime::refuse(collective, reason, process_set))
 }
 
-/// Install the "auto" decision table: (dtype, op, largest bytes, algorithm) ranges.
+/// Install the "auto" decision table: (dtype, op, largest bytes, algorithm, alternative or "")
+/// ranges.
 #[pyfunction]
-fn set_auto_table(entries: Vec<(String, String, u64, String)>) -> PyResult<()> {
+fn set_auto_table(entries: Vec<(String, String, u64, String, String)>) -> PyResult<()> {
     Ok(auto::install(&entries)?)
+}
+
+/// (dtype, op, range index, algorithm now, calls, tries, switches).
+type RefinementRow = (
+    &'static str,
+    &'static str,
+    usize,
+    &'static str,
+    u64,
+    u64,
+    u64,
+);
+
+/// What `auto` learned online on `process_set`: per range it has played, (dtype, op, range
+/// index, algorithm it runs now, calls, tries of the alternative, switches).
+#[pyfunction]
+#[pyo3(signature = (process_set = 0))]
+fn auto_refinements(process_set: SetId) -> PyResult<Vec<RefinementRow>> {
+    Ok(runtime::refinements(process_set)?
+        .into_iter()
+        .map(|(d, o, index, now, calls, tries, switches)| {
+            (d.name(), o.name(), index, now, calls, tries, switches)
+        })
+        .collect())
 }
 
 #[pyfunction]
@@ -385,6 +410,7 @@ fn algorithm_cost(
 /// Each rank's node in `process_set`, numbered by their lowest rank
 /// (`MPI_COMM_TYPE_SHARED`, as the MPI library groups them).
 #[pyfunction]
+#[pyo3(signature = (process_set = 0))]
 fn nodes(process_set: SetId) -> PyResult<Vec<usize>> {
     Ok(runtime::nodes(process_set)?)
 }
@@ -539,10 +565,10 @@ mod _core {
     use super::{
         _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,
         algorithm_support, algorithm_unavailable, algorithms, allgather, allreduce, allreduce_fast,
-        alltoall, auto_choice, barrier, broadcast, check_algorithm, clear_auto_table, dtypes,
-        finalize, group, init, is_initialized, join, kernel_level, measure_combine,
-        measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce_scatter, refuse,
-        remove_process_set, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
+        alltoall, auto_choice, auto_refinements, barrier, broadcast, check_algorithm,
+        clear_auto_table, dtypes, finalize, group, init, is_initialized, join, kernel_level,
+        measure_combine, measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce_scatter,
+        refuse, remove_process_set, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
         settings, shared_empty, shared_memory, shutdown, stats, wait_policy, SharedBuffer,
     };
 }

@@ -4,14 +4,15 @@ use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::join::Replay;
 use super::process::{self, SetId};
-use crate::auto;
+use crate::auto::{self, Pick};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::{self, Allreduce, Factors, Parts, ALLREDUCE};
+use crate::schedules::recursive_doubling::RecursiveDoubling;
+use crate::schedules::{self, Allreduce, Factors, Parts, Tuning, ALLREDUCE};
 use crate::stats;
 use crate::transport::Transport;
 use crate::worker;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Allreduce `buf` (an array of `shape`) in place on ringlet's communicator, after any queued
 /// work, with `algorithm` ("auto" or a registered name).
@@ -41,19 +42,19 @@ pub fn allreduce_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<()> {
-    let chosen = choose(algorithm, dtype, op, buf.len(), comm.transport()).and_then(|schedule| {
+    let chosen = choose_on(comm, algorithm, dtype, op, buf.len()).and_then(|chosen| {
         check_array(buf, dtype, shape)?;
-        Ok(schedule)
+        Ok(chosen)
     });
     let call = Call {
         element: Element::Typed(dtype),
         op: Some(op),
         shape: Shape::Array(shape),
-        algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+        algorithm: chosen.as_ref().map_or("-", |c| c.schedule.name()),
         ..Call::new(Kind::Allreduce, thread)
     };
-    let schedule = match chosen {
-        Ok(schedule) => schedule,
+    let Chosen { schedule, pick } = match chosen {
+        Ok(chosen) => chosen,
         Err(error) => return comm.refuse(&call, error),
     };
     let replay = Replay::of(schedule.name(), dtype, op, Factors::NONE, vec![buf.len()]);
@@ -64,11 +65,14 @@ pub fn allreduce_on(
     let transport = comm.transport();
     // Where the schedule's first act is a meeting in shared memory, the check rides on it.
     let at_first_meeting = schedule.checks_at_first_meeting(comm.size(), buf.len());
-    let seq = if at_first_meeting {
-        comm.begin_at_first_meeting(&call)?
+    let (seq, mut together) = if at_first_meeting {
+        (comm.begin_at_first_meeting(&call)?, true)
     } else {
-        comm.begin(&call, None)?
+        comm.begin_together(&call)?
     };
+    if let Some(pick) = &pick {
+        comm.refiner().commit(pick);
+    }
     let started = Instant::now();
     let tuning = comm.settings().tuning;
     let mut parts = Parts::one(buf);
@@ -87,11 +91,91 @@ pub fn allreduce_on(
         // Ranks that have joined take part now, replaying it (nothing was written before).
         Err(CoreError::Unsettled) => {
             comm.settle(&call, seq)?;
+            together = false;
             run(&mut parts)?;
         }
         outcome => outcome?,
     }
-    stats::record(schedule.name(), parts.len(), started.elapsed());
+    let elapsed = started.elapsed();
+    stats::record(schedule.name(), parts.len(), elapsed);
+    refine(comm, pick, parts.len(), elapsed, together)
+}
+
+/// A call's schedule, and for `auto` the refiner's pick that chose it.
+pub(super) struct Chosen {
+    pub schedule: &'static dyn Allreduce,
+    pub pick: Option<Pick>,
+}
+
+/// The schedule `algorithm` names on `comm` ("auto": the decision table's choice for
+/// `nbytes`, as the communicator's refiner plays it), if it can reduce `dtype` with `op` there.
+pub(super) fn choose_on(
+    comm: &Communicator,
+    algorithm: &str,
+    dtype: DType,
+    op: ReduceOp,
+    nbytes: usize,
+) -> Result<Chosen> {
+    let transport = comm.transport();
+    // On one rank every schedule returns at once: nothing to learn.
+    if algorithm != "auto" || comm.size() <= 1 {
+        let schedule = choose(algorithm, dtype, op, nbytes, transport)?;
+        return Ok(Chosen {
+            schedule,
+            pick: None,
+        });
+    }
+    let pick = comm
+        .refiner()
+        .pick(dtype, op, nbytes)
+        .ok_or_else(no_table)?;
+    if pick.schedule.unavailable(transport).is_some() {
+        // The table is the world's; a process set without shared memory takes the ring.
+        let schedule = choose("ring", dtype, op, nbytes, transport)?;
+        return Ok(Chosen {
+            schedule,
+            pick: None,
+        });
+    }
+    schedules::check_support(ALLREDUCE, pick.schedule, dtype, op)?;
+    Ok(Chosen {
+        schedule: pick.schedule,
+        pick: Some(pick),
+    })
+}
+
+fn no_table() -> CoreError {
+    CoreError::InvalidArgument(
+        "internal: \"auto\" has no decision table yet (ringlet.selector builds it)".into(),
+    )
+}
+
+/// Tell the refiner how long a committed `auto` call took; when it was a try of the
+/// alternative, agree on the slowest rank's timings and let the refiner decide. Only when
+/// every rank made the call itself (ranks that have joined replay calls, and would not take
+/// part in the agreement).
+pub(super) fn refine(
+    comm: &Communicator,
+    pick: Option<Pick>,
+    nbytes: usize,
+    elapsed: Duration,
+    together: bool,
+) -> Result<()> {
+    let Some(pick) = pick else {
+        return Ok(());
+    };
+    let timings = comm.refiner().observe(&pick, nbytes, elapsed.as_secs_f64());
+    if let (Some(mut timings), true) = (timings, together) {
+        schedules::allreduce_one(
+            comm.transport(),
+            &RecursiveDoubling,
+            bytemuck::cast_slice_mut(&mut timings),
+            DType::F64,
+            ReduceOp::Max,
+            &Tuning::default(),
+        )?;
+        comm.refiner().decide(&pick, timings);
+    }
     Ok(())
 }
 
@@ -105,11 +189,7 @@ pub fn choose(
     transport: &dyn Transport,
 ) -> Result<&'static dyn Allreduce> {
     let schedule = if algorithm == "auto" {
-        let chosen = auto::choose(dtype, op, nbytes).ok_or_else(|| {
-            CoreError::InvalidArgument(
-                "internal: \"auto\" has no decision table yet (ringlet.selector builds it)".into(),
-            )
-        })?;
+        let chosen = auto::choose(dtype, op, nbytes).ok_or_else(no_table)?;
         // The table is the world's; a process set without shared memory takes the ring instead.
         match chosen.unavailable(transport) {
             None => chosen,

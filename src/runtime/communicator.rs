@@ -8,11 +8,12 @@
 use super::call::{Call, Kind, Label};
 use super::consistency::{self, Agreement, Description, Role};
 use super::stall::{Sink, StallInspector, StallPolicy};
+use crate::auto::Refiner;
 use crate::error::{CoreError, Result};
 use crate::schedules::Tuning;
 use crate::transport::{Transport, DEFAULT_MAX_MESSAGE_BYTES};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Settings that change what goes on the wire; part of every call's fingerprint, so ranks
 /// that set them differently get `MismatchError` instead of a garbled exchange.
@@ -67,6 +68,8 @@ pub struct Options {
     pub host: String,
     /// Where the stall inspector's messages go.
     pub sink: Sink,
+    /// Let `auto` try close alternatives on real calls (`RINGLET_EXPLORE`).
+    pub explore: bool,
 }
 
 pub struct Communicator<T: ?Sized + Transport = dyn Transport> {
@@ -75,6 +78,7 @@ pub struct Communicator<T: ?Sized + Transport = dyn Transport> {
     settings: Settings,
     inspector: Arc<StallInspector>,
     hosts: Vec<String>,
+    refiner: Mutex<Refiner>,
     transport: T,
 }
 
@@ -99,6 +103,7 @@ impl<T: Transport> Communicator<T> {
             settings,
             inspector,
             hosts,
+            refiner: Mutex::new(Refiner::new(options.explore)),
             transport,
         })
     }
@@ -119,6 +124,11 @@ impl<T: ?Sized + Transport> Communicator<T> {
 
     pub fn size(&self) -> usize {
         self.transport.size()
+    }
+
+    /// `auto`'s online refinement on this communicator.
+    pub fn refiner(&self) -> MutexGuard<'_, Refiner> {
+        self.refiner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Each rank's host name, in rank order.
@@ -169,6 +179,17 @@ impl Communicator {
             _ => Role::Plain,
         };
         self.check_call(call, refused, role).map(|(seq, _)| seq)
+    }
+
+    /// [`begin`](Self::begin) for a call that no rank refused; also says whether every rank
+    /// made this very call (false when some have joined and replay it).
+    pub fn begin_together(&self, call: &Call) -> Result<(u64, bool)> {
+        let role = match call.replay {
+            Some(replay) => Role::Replay(replay.encode()),
+            None => Role::Plain,
+        };
+        self.check_call(call, None, role)
+            .map(|(seq, agreement)| (seq, matches!(agreement, Agreement::Same)))
     }
 
     /// On a rank that has joined: take part in the others' next call's check, as a join.

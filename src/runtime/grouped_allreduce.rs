@@ -13,7 +13,7 @@
 //! - many tiny arrays: a message per array piece costs more than copying them (the caller
 //!   passes the mean array size below which a copy pays, from its cost model).
 
-use super::allreduce::choose;
+use super::allreduce::{choose_on, refine, Chosen};
 use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
@@ -181,14 +181,14 @@ pub fn allreduce_group_on(
     for (index, run) in runs.iter().cloned().enumerate() {
         let wire_bytes: usize = wire_lengths[run.clone()].iter().sum();
         let op = if compressed { wire_op } else { group.op };
-        let chosen = choose(&group.algorithm, wire, op, wire_bytes, comm.transport());
+        let chosen = choose_on(comm, &group.algorithm, wire, op, wire_bytes);
         let call = Call {
-            algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+            algorithm: chosen.as_ref().map_or("-", |c| c.schedule.name()),
             part: Some((index, runs.len())),
             ..call
         };
-        let schedule = match chosen {
-            Ok(schedule) => schedule,
+        let Chosen { schedule, pick } = match chosen {
+            Ok(chosen) => chosen,
             Err(error) => return comm.refuse(&call, error),
         };
         // A schedule that copies the vector in anyway gathers the arrays as it does: packing
@@ -206,19 +206,21 @@ pub fn allreduce_group_on(
             wire_lengths[run.clone()].to_vec()
         };
         let replay = Replay::of(schedule.name(), wire, op, wire_factors, pieces);
-        comm.begin(
-            &Call {
-                replay: replay.as_ref(),
-                ..call
-            },
-            None,
-        )?;
+        let (_, together) = comm.begin_together(&Call {
+            replay: replay.as_ref(),
+            ..call
+        })?;
+        if let Some(pick) = &pick {
+            comm.refiner().commit(pick);
+        }
         let started = Instant::now();
         let transport = comm.transport();
         if !packs {
             let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a).collect());
             schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)?;
-            stats::record(schedule.name(), wire_bytes, started.elapsed());
+            let elapsed = started.elapsed();
+            stats::record(schedule.name(), wire_bytes, elapsed);
+            refine(comm, pick, wire_bytes, elapsed, together)?;
             continue;
         }
         let packing = Instant::now();
@@ -266,7 +268,9 @@ pub fn allreduce_group_on(
             offset += wire_lengths[i];
         }
         copying += unpacking.elapsed();
-        stats::record(schedule.name(), wire_bytes, started.elapsed() - copying);
+        let elapsed = started.elapsed() - copying;
+        stats::record(schedule.name(), wire_bytes, elapsed);
+        refine(comm, pick, wire_bytes, elapsed, together)?;
         // The copies in and out are their own entry, so that a user sees what packing costs.
         stats::record(PACK_STATS, wire_bytes, copying);
     }

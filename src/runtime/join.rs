@@ -147,5 +147,8 @@ pub fn join_on(comm: &Communicator, thread: u64) -> Result<usize> {
         ReduceOp::Max,
         &Tuning::default(),
     )?;
+    // The ranks that joined early skipped calls the others counted: `auto`'s refinement
+    // starts over everywhere, in step.
+    comm.refiner().reset();
     Ok((stamp[0] as u64 % size) as usize)
 }

@@ -171,6 +171,14 @@ pub fn cost(collective: &str, name: &str, nodes: &[usize], bytes: usize) -> Resu
     Ok(find_algorithm(collective, name)?.cost_on(&nodes, bytes, &tuning))
 }
 
+/// What `auto` learned online on process set `set` ([`crate::auto::Refiner::report`]).
+pub fn refinements(set: SetId) -> Result<Vec<Refinement>> {
+    process::with_communicator(set, |comm| Ok(comm.refiner().report()))
+}
+
+/// (dtype, op, range index, algorithm now, calls, tries, switches).
+pub type Refinement = (DType, ReduceOp, usize, &'static str, u64, u64, u64);
+
 /// Each rank's node in process set `set` (numbered by their lowest rank), as the MPI library
 /// groups them.
 pub fn nodes(set: SetId) -> Result<Vec<usize>> {

@@ -155,6 +155,7 @@ fn options_from_env() -> Result<Options> {
         },
         host: String::new(), // known once MPI runs
         sink: stderr_sink(),
+        explore: env_flag("RINGLET_EXPLORE", true)?,
     })
 }
 

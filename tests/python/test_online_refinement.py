@@ -1,0 +1,111 @@
+"""auto's refinement on real calls: the core tries each size range's runner-up now and then and
+keeps whichever was faster on the slowest rank. Every rank must make the same choice at every
+call (the consistency check compares the algorithm each rank runs: a rank out of step would
+raise MismatchError), after mismatched calls and joins too. Which algorithm wins is timing and
+is not asserted; the bookkeeping and the results are."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ringlet
+from ringlet import _core, selector
+
+from conftest import exact_input, reference
+
+TABLE_LIMIT = selector.TABLE_LIMIT
+
+
+@pytest.fixture
+def table_with_alternative(monkeypatch):
+    """float32 sum: the ring, with halving-doubling as the runner-up; rebuilt afterwards."""
+    monkeypatch.delenv("RINGLET_ALGORITHM", raising=False)
+    monkeypatch.delenv("RINGLET_AUTO_TABLE", raising=False)
+    ringlet.allreduce(np.ones(1, np.float32))  # the selector's own table first
+    entries = [(d, o, limit, name, alternative)
+               for (d, o), ranges in selector._table.items()
+               for (limit, name), alternative in zip(ranges, [""] * len(ranges))]
+    entries = [e for e in entries if (e[0], e[1]) != ("float32", "sum")]
+    entries.append(("float32", "sum", TABLE_LIMIT, "ring", "halving_doubling"))
+    _core.set_auto_table(entries)
+    yield
+    _core.clear_auto_table()
+
+
+def played() -> dict[str, int]:
+    rows = [r for r in selector.refinements() if (r["dtype"], r["op"]) == ("float32", "sum")]
+    assert len(rows) <= 1
+    return rows[0] if rows else {"calls": 0, "tries": 0, "switches": 0}
+
+
+def test_tries_come_at_doubling_call_numbers_alike_on_every_rank(table_with_alternative, comm,
+                                                                 size):
+    ringlet.reset_stats()
+    for call in range(1, 41):
+        x = exact_input(call, comm.rank, (1000,), "float32", "sum")
+        want = reference([exact_input(call, r, (1000,), "float32", "sum") for r in range(size)],
+                         "sum")
+        np.testing.assert_array_equal(ringlet.allreduce(x), want)
+    row = played()
+    if size == 1:
+        assert row["calls"] == 0  # one rank: auto runs nothing, so nothing is learned
+        return
+    # Tried at the 8th, 16th and 32nd call: 3 tries, each run by the alternative of the moment.
+    assert (row["calls"], row["tries"]) == (40, 3)
+    assert comm.allgather(row) == [row] * size
+    counted = {name: v["calls"] for name, v in ringlet.stats().items()}
+    assert sum(counted.values()) == 40 and set(counted) == {"ring", "halving_doubling"}
+    if row["switches"] == 0:
+        assert counted == {"ring": 37, "halving_doubling": 3}
+
+
+def test_a_mismatched_call_counts_on_no_rank(table_with_alternative, comm, size):
+    if size == 1:  # no mismatch on one rank; a refused call counts no more than another
+        with pytest.raises(ValueError):
+            ringlet.allreduce(np.ones(3, np.float32), algorithm="no-such-algorithm")
+        assert played()["calls"] == 0
+        return
+    for _ in range(5):
+        ringlet.allreduce(np.ones(100, np.float32))
+    # float32 on rank 0, float64 elsewhere: counted where it was picked, rank 0 alone would
+    # be one float32 call ahead, and would try the alternative at a call the others do not.
+    with pytest.raises(ringlet.MismatchError):
+        ringlet.allreduce(np.ones(100, np.float32 if comm.rank == 0 else np.float64))
+    # In step: calls 6-40 choose alike everywhere (a difference would raise MismatchError).
+    for _ in range(35):
+        np.testing.assert_array_equal(ringlet.allreduce(np.ones(100, np.float32)),
+                                      np.full(100, size, np.float32))
+    row = played()
+    assert (row["calls"], row["tries"]) == (40, 3)
+    assert comm.allgather(row) == [row] * size
+
+
+def test_ranks_that_joined_at_different_calls_are_in_step_afterwards(table_with_alternative,
+                                                                      comm, size):
+    if comm.rank == 0:
+        ringlet.join()
+    else:
+        for _ in range(11):
+            np.testing.assert_array_equal(ringlet.allreduce(np.ones(64, np.float32)),
+                                          np.full(64, size - 1, np.float32))
+        ringlet.join()
+    assert played()["calls"] == 0  # every rank starts over, together
+    for _ in range(20):
+        np.testing.assert_array_equal(ringlet.allreduce(np.ones(64, np.float32)),
+                                      np.full(64, size, np.float32))
+    row = played()
+    assert row["calls"] == (20 if size > 1 else 0)
+    assert comm.allgather(row) == [row] * size
+
+
+def test_the_selector_names_a_close_runner_up_per_range():
+    params = selector.Parameters(alpha=5e-6, beta=1e-9, gamma={"float32": 1e-10})
+    table = selector.build_table(4, params)
+    tries = selector.alternatives(table, 4, params)
+    for key, ranges in table.items():
+        assert len(tries[key]) == len(ranges)
+        for (_, winner), alternative in zip(ranges, tries[key]):
+            assert alternative != winner
+            assert alternative == "" or alternative in selector.candidates(*key)
+    assert any(a for row in tries.values() for a in row), "some range has a close runner-up"
