@@ -177,8 +177,8 @@ impl Refiner {
         })
     }
 
-    /// Count `pick`'s call: once every rank has agreed to make it (a call that fails its check
-    /// counts on no rank, so the ranks stay in step).
+    /// Count `pick`'s call, once it has run (a call that failed its check counts on no rank, so
+    /// the ranks stay in step).
     pub fn commit(&mut self, pick: &Pick) {
         let state = self.state(pick.key);
         state.calls += 1;

@@ -20,7 +20,8 @@ first ``auto`` call (it is collective: every rank takes part), and is cached as 
 parameters are broadcast, so every rank makes the same choice. The choices are compiled into a
 size table inside the Rust core, so a decision costs a binary search, not a Python call.
 
-The table is then refined on the real calls (``RINGLET_EXPLORE=0`` turns it off): each size
+The table is then refined on the real calls (``RINGLET_EXPLORE=0`` turns it off, and so does
+``RINGLET_CHECK=0``, without which nothing would catch ranks out of step): each size
 range names a runner-up that the model predicts close to the winner; the core runs the winner,
 tries the runner-up on the 8th call in the range, then the 16th, 32nd, ... (at most one call in
 1024), and when the runner-up was at least 10% faster on the slowest rank (an allreduce of the

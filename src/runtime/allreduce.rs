@@ -70,9 +70,6 @@ pub fn allreduce_on(
     } else {
         comm.begin_together(&call)?
     };
-    if let Some(pick) = &pick {
-        comm.refiner().commit(pick);
-    }
     let started = Instant::now();
     let tuning = comm.settings().tuning;
     let mut parts = Parts::one(buf);
@@ -150,7 +147,7 @@ fn no_table() -> CoreError {
     )
 }
 
-/// Tell the refiner how long a committed `auto` call took; when it was a try of the
+/// Count an `auto` call that ran, and tell the refiner how long it took; when it was a try of the
 /// alternative, agree on the slowest rank's timings and let the refiner decide. Only when
 /// every rank made the call itself (ranks that have joined replay calls, and would not take
 /// part in the agreement).
@@ -164,6 +161,9 @@ pub(super) fn refine(
     let Some(pick) = pick else {
         return Ok(());
     };
+    // Counted only now that the call has run: one that failed its check (which may ride on the
+    // schedule's first meeting) counts on no rank.
+    comm.refiner().commit(&pick);
     let timings = comm.refiner().observe(&pick, nbytes, elapsed.as_secs_f64());
     if let (Some(mut timings), true) = (timings, together) {
         schedules::allreduce_one(

@@ -103,7 +103,8 @@ impl<T: Transport> Communicator<T> {
             settings,
             inspector,
             hosts,
-            refiner: Mutex::new(Refiner::new(options.explore)),
+            // Without the check nothing would catch ranks that try at different calls.
+            refiner: Mutex::new(Refiner::new(options.explore && options.check)),
             transport,
         })
     }

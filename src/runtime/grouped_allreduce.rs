@@ -210,9 +210,6 @@ pub fn allreduce_group_on(
             replay: replay.as_ref(),
             ..call
         })?;
-        if let Some(pick) = &pick {
-            comm.refiner().commit(pick);
-        }
         let started = Instant::now();
         let transport = comm.transport();
         if !packs {
