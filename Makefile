@@ -7,6 +7,12 @@
 #   make test-mpich         the whole Python suite under mpirun.mpich, in .venv-mpich
 #   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
+#
+# An emulated cluster on this machine (root; network namespaces on a bridge, each host's link
+# shaped by tc tbf; tools/emulated_cluster.sh says what it models and what not):
+#   make cluster-up HOSTS=4 RATE=1gbit   make cluster-down
+#   make test-cluster    the cluster tests at every layout (make test runs four of them)
+#   make bench-cluster   4 hosts x 2 ranks at 1 Gbit/s, block and round-robin placement
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
@@ -66,7 +72,7 @@ export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
 
 .PHONY: run quickstart test setup build test-rust test-python lint stubtest bench bench-train \
-	memcheck clean \
+	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	test-mpich test-mpich-quick mpich-quick-slice FORCE
 
 run: setup
@@ -89,7 +95,27 @@ bench-train: setup
 		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-mpich-quick
+test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test-mpich-quick
+
+HOSTS ?= 4
+RATE ?= 1gbit
+cluster-up:
+	bash tools/emulated_cluster.sh up $(HOSTS) $(RATE)
+
+cluster-down:
+	bash tools/emulated_cluster.sh down
+
+# Each brings its own cluster up (4 hosts, 1 Gbit/s) and down, whatever happens.
+test-cluster: setup
+	bash tests/emulated_cluster/run.sh --all
+
+test-cluster-quick: setup
+	bash tests/emulated_cluster/run.sh
+
+# make bench-cluster CLUSTER_BENCH_ARGS="--bytes 67108864 --reps 5"
+CLUSTER_BENCH_ARGS ?=
+bench-cluster: setup
+	HOSTS=$(HOSTS) RATE=$(RATE) bash benchmarks/emulated_cluster_bench.sh $(CLUSTER_BENCH_ARGS)
 
 setup: $(STAMPS)/system $(BUILD_STAMP)
 

@@ -20,7 +20,9 @@ pub enum Tier {
     Any,
     /// Inside each node: its i-th rank with its (i ^ 1)-th.
     Within,
-    /// Between nodes: node j's first rank with node (j ^ 1)'s, one pair per link.
+    /// Between nodes: each node's first rank sends to the next node's and receives from the
+    /// previous node's, as a ring between nodes does (one flow each way on every link, each
+    /// with its own peer: MPI's TCP transport is slower when two ranks send to each other).
     Across,
 }
 
@@ -36,28 +38,33 @@ impl Tier {
         }
     }
 
-    /// This rank's partner on the tier, if it has one.
-    fn partner(self, transport: &dyn Transport) -> Option<usize> {
+    /// Where this rank sends and whence it receives on the tier, if it takes part.
+    fn peers(self, transport: &dyn Transport) -> Option<(usize, usize)> {
         let (rank, nodes) = (transport.rank(), transport.nodes());
-        let (node, local) = (nodes.of(rank), nodes.local_index(rank));
+        let (node, local, count) = (nodes.of(rank), nodes.local_index(rank), nodes.count());
+        let pair = |partner: Option<usize>| partner.map(|p| (p, p));
         match self {
-            Tier::Any => Some(rank ^ 1).filter(|&p| p < transport.size()),
-            Tier::Within => nodes.members(node).get(local ^ 1).copied(),
-            Tier::Across if local == 0 => nodes.members(node ^ 1).first().copied(),
+            Tier::Any => pair(Some(rank ^ 1).filter(|&p| p < transport.size())),
+            Tier::Within => pair(nodes.members(node).get(local ^ 1).copied()),
+            Tier::Across if local == 0 && count > 1 => {
+                let first = |n: usize| nodes.members(n % count).first().copied();
+                first(node + 1).zip(first(node + count - 1))
+            }
             Tier::Across => None,
         }
     }
 }
 
-/// Exchange `nbytes` with this rank's partner on `tier` (a rank without one idles) `repeats`
-/// times. Collective: every rank must call it with the same arguments.
+/// Send `nbytes` to this rank's peer on `tier` while receiving as many from its other peer (a
+/// rank without peers idles), `repeats` times. Collective: every rank must call it with the
+/// same arguments.
 pub fn sendrecv_seconds(
     transport: &dyn Transport,
     nbytes: usize,
     repeats: usize,
     tier: Tier,
 ) -> Result<f64> {
-    let partner = tier.partner(transport);
+    let peers = tier.peers(transport);
     let mut send = Scratch::new(nbytes);
     let mut recv = Scratch::new(nbytes);
     let send = send.bytes(nbytes)?;
@@ -65,8 +72,8 @@ pub fn sendrecv_seconds(
     let mut samples = Vec::with_capacity(repeats);
     for _ in 0..repeats.max(1) {
         let start = Instant::now();
-        if let Some(partner) = partner {
-            transport.sendrecv(send, partner, recv, partner)?;
+        if let Some((to, from)) = peers {
+            transport.sendrecv(send, to, recv, from)?;
         }
         samples.push(start.elapsed().as_secs_f64());
     }

@@ -51,6 +51,7 @@ fn run_on(
         nodes: Some(layout.to_vec()),
         tuning: Tuning {
             segment_bytes: 64, // many segments: the pipelined ring's paths all run
+            ..Tuning::default()
         },
         ..Setup::default()
     };
@@ -191,9 +192,31 @@ fn the_ring_crosses_each_link_as_often_in_any_placement() {
     let block_links = across_per_node(&block, &[0, 0, 1, 1, 2, 2, 3, 3]);
     let rr_links = across_per_node(&round_robin, &[0, 1, 2, 3, 0, 1, 2, 3]);
     assert_eq!(block_links, rr_links);
-    // Without node-major order every one of a round-robin ring's steps would cross: twice this.
-    let total: usize = per_rank.len() * 2 * (per_rank.len() - 1) * count * 4 / per_rank.len();
-    assert_eq!(rr_links.iter().sum::<usize>() * 2, total);
+    // In rank order every one of a round-robin ring's steps crosses, on both ranks of a node:
+    // twice the traffic on each link, as the cost of a schedule unaware of nodes says.
+    let rank_order = Tuning {
+        node_major: false,
+        ..Tuning::default()
+    };
+    let layout = [0, 1, 2, 3, 0, 1, 2, 3];
+    let setup = Setup {
+        nodes: Some(layout.to_vec()),
+        tuning: rank_order,
+        ..Setup::default()
+    };
+    let inputs = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+    let flat = run_with(&Ring, inputs, DType::F32, ReduceOp::Sum, &setup);
+    let flat_links = across_per_node(&flat, &layout);
+    let nodes = Nodes::from_labels(&layout);
+    for (&flat, &ordered) in flat_links.iter().zip(&rr_links) {
+        assert_eq!(flat, 2 * ordered);
+        assert_eq!(
+            flat as f64,
+            Ring.cost_on(&nodes, count * 4, &rank_order).across.bytes
+        );
+    }
+    let sum = encode(DType::F32, &vec![28.0; count]); // 0 + 1 + ... + 7
+    assert!(flat.iter().chain(&round_robin).all(|o| o.result == sum));
 }
 
 #[test]

@@ -44,7 +44,10 @@ proptest! {
         // Half the cases run over separate buffers cut at random places.
         let setup = Setup {
             max_message_bytes: max_message,
-            tuning: Tuning { segment_bytes },
+            tuning: Tuning {
+        segment_bytes,
+        ..Tuning::default()
+    },
             parts: (split % 2 == 0).then(|| random_parts(count, split)),
             ..Setup::default()
         };

@@ -23,7 +23,10 @@ fn counts_for(n: usize) -> Vec<usize> {
 }
 
 fn segments(segment_bytes: usize) -> Tuning {
-    Tuning { segment_bytes }
+    Tuning {
+        segment_bytes,
+        ..Tuning::default()
+    }
 }
 
 fn check_exact(schedule: &dyn Allreduce, n: usize, count: usize, dtype: DType, op: ReduceOp) {

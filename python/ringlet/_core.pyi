@@ -109,7 +109,9 @@ def mpi_library() -> tuple[str, str]:
     """(the MPI library's own description, the MPI ringlet was compiled against)."""
 
 def settings(
-    segment_bytes: int | None = None, max_message_bytes: int | None = None
+    segment_bytes: int | None = None,
+    max_message_bytes: int | None = None,
+    node_major_rings: bool | None = None,
 ) -> dict[str, int]: ...
 def allreduce_fast(
     x: object, op: object, out: object | None, algorithm: object

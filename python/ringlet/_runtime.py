@@ -200,10 +200,13 @@ def mpi_library() -> str:
     return _core.mpi_library()[0]
 
 
-def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None = None) -> dict:
+def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None = None,
+             node_major_rings: bool | None = None) -> dict:
     """The settings that shape ringlet's traffic on its communicator, after applying any given:
-    ``segment_bytes`` (the pipelined ring's segment, default 256 KiB) and ``max_message_bytes``
-    (messages above it are split; default and maximum 2^31 - 1, MPI's count limit).
+    ``segment_bytes`` (the pipelined ring's segment, default 256 KiB), ``max_message_bytes``
+    (messages above it are split; default and maximum 2^31 - 1, MPI's count limit) and
+    ``node_major_rings`` (default True: across nodes the rings visit each node's ranks in a
+    row, whatever the placement; False keeps rank order, to measure what that gains).
 
     Every rank must make the same change before its next collective: the settings are part of
     each collective's consistency check, so ranks that differ get ``MismatchError``. A change
@@ -213,7 +216,9 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
     for name, value in (("segment_bytes", segment_bytes), ("max_message_bytes", max_message_bytes)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return _core.settings(segment_bytes, max_message_bytes)
+    if node_major_rings is not None and not isinstance(node_major_rings, bool):
+        raise ValueError(f"node_major_rings must be True or False, got {node_major_rings!r}")
+    return _core.settings(segment_bytes, max_message_bytes, node_major_rings)
 
 
 def stats() -> dict[str, dict[str, float]]:

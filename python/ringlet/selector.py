@@ -485,18 +485,27 @@ def _broadcast_text(text: str) -> str:
     return broadcast_bytes(text.encode(), 0).decode()
 
 
-def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int) -> np.ndarray:
+def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int,
+                     allowance: float = math.inf) -> np.ndarray:
     """Seconds (the slowest rank's, per run) of each algorithm on float32 zeros, one row per
-    algorithm: the same numbers on every rank."""
+    algorithm and one column per round: the same numbers on every rank. Stops after the round
+    that passes ``allowance`` seconds (the slowest rank's clock decides, so all stop together),
+    but not before 3 rounds."""
     buf = np.zeros(max(1, nbytes // 4), dtype=np.float32)
     samples = np.zeros((len(algorithms), repeats))
-    for i in range(repeats):
+    started = time.perf_counter()
+    rounds = 0
+    while rounds < repeats:
         for j, name in enumerate(algorithms):  # interleaved, so noise hits all alike
             _core.barrier()
             start = time.perf_counter()
             _core.allreduce(buf, "float32", "sum", name)
-            samples[j, i] = time.perf_counter() - start
-    return max_over_ranks(samples)
+            samples[j, rounds] = time.perf_counter() - start
+        rounds += 1
+        if rounds >= 3 and math.isfinite(allowance) and \
+                max_over_ranks(np.array([time.perf_counter() - started]))[0] > allowance:
+            break
+    return max_over_ranks(samples[:, :rounds])
 
 
 def _pair_seconds(tier: str, nbytes: int, repeats: int) -> float:
@@ -555,19 +564,27 @@ def _measure(key: dict[str, Any]) -> Parameters:
 
     measured: dict[str, list[tuple[int, float]]] = {name: [] for name in ALGORITHMS}
     timed = candidates("float32", "sum")
-    spent = 0.0  # seconds of timed runs, the same on every rank (slowest rank's)
-    for nbytes in (*CALIBRATION_SIZES, LARGE_CALIBRATION_SIZE):
-        repeats = 40 if nbytes < (1 << 20) else 5
+    spent = 0.0  # seconds the sizes so far took, the same on every rank (slowest rank's)
+    sweep_started = time.perf_counter()
+    sizes = (*CALIBRATION_SIZES, LARGE_CALIBRATION_SIZE)
+    for index, nbytes in enumerate(sizes):
         models = {name: model_seconds(name, nbytes, ranks, "float32", params, nodes)
                   for name in timed}
-        # What this size will take, with each candidate's latest measured/model ratio: every
-        # rank computes the same from the same numbers, so all stop at the same size.
-        expected = repeats * sum(models[name] * (measured[name][-1][1] if measured[name] else 1)
-                                 for name in timed)
-        if spent + expected > CALIBRATION_BUDGET:
+        # Each size gets an equal share of what is left of the budget, so that a slow network
+        # still sees every size it can afford. One round of every candidate is predicted with
+        # each one's latest measured/model ratio: every rank computes the same from the same
+        # numbers, so all time the same sizes, as often. Fewer repetitions where the share is
+        # tight; none below 3, where the minimum means little (and larger sizes cost more).
+        allowance = (CALIBRATION_BUDGET - spent) / (len(sizes) - index)
+        per_round = sum(models[name] * (measured[name][-1][1] if measured[name] else 1)
+                        for name in timed)
+        wanted = 40 if nbytes < (1 << 20) else 5
+        repeats = min(wanted, int(allowance / max(per_round, 1e-9)))
+        if repeats < 3:
             break
-        samples = _time_candidates(nbytes, timed, repeats)
-        spent += float(samples.sum())
+        samples = _time_candidates(nbytes, timed, repeats, allowance)
+        # Wall-clock, barriers included, on the slowest rank's clock: the same on every rank.
+        spent = float(max_over_ranks(np.array([time.perf_counter() - sweep_started]))[0])
         for j, name in enumerate(timed):
             # The minimum: on a shared machine noise only adds time.
             ratio = max(float(samples[j].min()), 1e-9) / max(models[name], 1e-12)

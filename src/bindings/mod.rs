@@ -97,21 +97,24 @@ fn mpi_library(py: Python<'_>) -> PyResult<(String, String)> {
 
 /// The communicator's settings; the keyword arguments change them first.
 #[pyfunction]
-#[pyo3(signature = (segment_bytes=None, max_message_bytes=None))]
+#[pyo3(signature = (segment_bytes=None, max_message_bytes=None, node_major_rings=None))]
 fn settings<'py>(
     py: Python<'py>,
     segment_bytes: Option<usize>,
     max_message_bytes: Option<usize>,
+    node_major_rings: Option<bool>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let settings = detached(py, || {
         process::update_settings(|s| {
             s.tuning.segment_bytes = segment_bytes.unwrap_or(s.tuning.segment_bytes);
             s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);
+            s.tuning.node_major = node_major_rings.unwrap_or(s.tuning.node_major);
         })
     })?;
     let dict = PyDict::new(py);
     dict.set_item("segment_bytes", settings.tuning.segment_bytes)?;
     dict.set_item("max_message_bytes", settings.max_message_bytes)?;
+    dict.set_item("node_major_rings", settings.tuning.node_major)?;
     Ok(dict)
 }
 

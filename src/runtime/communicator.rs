@@ -34,10 +34,11 @@ impl Default for Settings {
 }
 
 impl Settings {
-    fn words(&self) -> [u64; 2] {
+    fn words(&self) -> [u64; 3] {
         [
             self.tuning.segment_bytes as u64,
             self.max_message_bytes as u64,
+            self.tuning.node_major as u64,
         ]
     }
 
@@ -47,6 +48,9 @@ impl Settings {
         let mut parts = Vec::new();
         if self.tuning.segment_bytes != defaults.tuning.segment_bytes {
             parts.push(format!("segment_bytes={}", self.tuning.segment_bytes));
+        }
+        if self.tuning.node_major != defaults.tuning.node_major {
+            parts.push(format!("node_major_rings={}", self.tuning.node_major));
         }
         if self.max_message_bytes != defaults.max_message_bytes {
             parts.push(format!("max_message_bytes={}", self.max_message_bytes));

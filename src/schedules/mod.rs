@@ -179,6 +179,9 @@ impl Reduction {
 pub struct Tuning {
     /// Segment size of the pipelined ring.
     pub segment_bytes: usize,
+    /// Rings run in node-major order across nodes ([`node_major`]); off only to measure what
+    /// that order gains.
+    pub node_major: bool,
 }
 
 impl Tuning {
@@ -189,6 +192,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             segment_bytes: Tuning::DEFAULT_SEGMENT_BYTES,
+            node_major: true,
         }
     }
 }
@@ -397,8 +401,11 @@ pub fn check_support<T: Algorithm + ?Sized>(
 /// The ranks of `transport` in node-major order, if that is not already their order: a ring in
 /// that order crosses each node's link once per step, wherever the launcher placed the ranks
 /// (Patarasuk & Yuan, Lemma 6). `None` when the order is already node-major (one node, or block
-/// placement).
-pub fn node_major(transport: &dyn Transport) -> Result<Option<View<'_>>> {
+/// placement), or `tuning` turns the order off.
+pub fn node_major<'t>(transport: &'t dyn Transport, tuning: &Tuning) -> Result<Option<View<'t>>> {
+    if !tuning.node_major {
+        return Ok(None);
+    }
     let order = transport.nodes().node_major_order();
     if order.iter().enumerate().all(|(i, &r)| i == r) {
         return Ok(None);

@@ -48,7 +48,12 @@ impl Algorithm for Ring {
     }
 
     fn cost_on(&self, nodes: &Nodes, bytes: usize, tuning: &Tuning) -> Tiered {
-        node_major_cost(self.cost(nodes.ranks(), bytes, tuning), nodes)
+        let flat = self.cost(nodes.ranks(), bytes, tuning);
+        if tuning.node_major {
+            node_major_cost(flat, nodes)
+        } else {
+            Tiered::unaware(flat, nodes.per_node().1)
+        }
     }
 
     fn folds_scaling(&self) -> bool {
@@ -62,9 +67,9 @@ impl Allreduce for Ring {
         transport: &dyn Transport,
         buf: &mut Parts,
         reduction: &Reduction,
-        _tuning: &Tuning,
+        tuning: &Tuning,
     ) -> Result<()> {
-        let ordered = node_major(transport)?;
+        let ordered = node_major(transport, tuning)?;
         let transport: &dyn Transport = match &ordered {
             Some(view) => view,
             None => transport,

@@ -6,8 +6,8 @@
 //! 1. inside each node, a ring reduce-scatter leaves share i, reduced over the node, on the
 //!    node's i-th rank (ranks beyond the k-th own no share: uneven nodes work);
 //! 2. the k ranks of each node with the same index i allreduce share i across the H nodes, all
-//!    k at once, with the ring, halving-doubling or recursive doubling (whichever the model
-//!    finds fastest for m/k bytes on H ranks over a network);
+//!    k at once, with the ring or recursive doubling (whichever the model finds fastest for
+//!    m/k bytes on H ranks over a network; see [`across`] for why not halving-doubling);
 //! 3. inside each node, a ring allgather hands every share to every rank.
 //!
 //! A node's link carries k concurrent allreduces of m/k bytes: 2(H-1)/H·m for the ring, the
@@ -16,7 +16,6 @@
 //! the result is bit-identical on every rank.
 
 use super::blocks::Blocks;
-use super::halving_doubling::HalvingDoubling;
 use super::recursive_doubling::RecursiveDoubling;
 use super::ring::{self, Ring};
 use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning};
@@ -32,9 +31,14 @@ pub struct TwoTier;
 const NETWORK_ALPHA: f64 = 50e-6;
 const NETWORK_BETA: f64 = 8.0 / 1e9;
 
-/// The allreduce between nodes for `bytes` on `nodes` ranks.
+/// The allreduce between nodes for `bytes` on `nodes` ranks: the ring, or recursive doubling
+/// where latency dominates. Not halving-doubling, although it sends as few bytes in fewer
+/// steps: each of its steps sends and receives with one peer at once, and MPI's TCP transport
+/// runs such an exchange at about half the link's rate (Open MPI 4.1, 8 MiB between two hosts:
+/// 82 ms one way, 150 ms both ways at once, where plain TCP takes the same time both ways),
+/// while a ring sends to one neighbour and receives from the other.
 fn across(nodes: usize, bytes: usize, tuning: &Tuning) -> &'static dyn Allreduce {
-    let options: [&'static dyn Allreduce; 3] = [&Ring, &HalvingDoubling, &RecursiveDoubling];
+    let options: [&'static dyn Allreduce; 2] = [&Ring, &RecursiveDoubling];
     let time = |a: &&'static dyn Allreduce| {
         let cost = a.cost(nodes, bytes, tuning);
         NETWORK_ALPHA * cost.messages + NETWORK_BETA * cost.bytes

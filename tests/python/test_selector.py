@@ -182,7 +182,7 @@ def test_calibration_stops_at_its_budget(quick_calibration, monkeypatch, comm, s
     if size == 1:
         assert ringlet.calibrate().source.startswith("one rank")
         return
-    # 5 runs of 1 GiB per candidate take seconds even in memory: past the 3 s budget.
+    # 3 runs of 1 GiB per candidate take seconds even in memory: past the 3 s budget.
     monkeypatch.setattr(selector, "CALIBRATION_SIZES", (8, 64, 4096))
     monkeypatch.setattr(selector, "LARGE_CALIBRATION_SIZE", 1 << 30)
     params = ringlet.calibrate()

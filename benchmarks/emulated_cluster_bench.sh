@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make bench-cluster: the emulated cluster (4 hosts, 1 Gbit/s links each way, 2 ranks per
+# host) with block and round-robin placement; benchmarks/emulated_cluster_bench.py on each.
+# The cluster is torn down however the run ends. Extra arguments go to the benchmark.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+HOSTS=${HOSTS:-4}
+RATE=${RATE:-1gbit}
+JSON=${JSON:-build/emulated-cluster-bench.jsonl}
+rate_bits=$(python3 -c "import sys, re; m = re.fullmatch(r'(\d+(?:\.\d+)?)([kmg]?)bit', sys.argv[1]); \
+print(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]])" "$RATE")
+
+trap 'tools/emulated_cluster.sh down >/dev/null 2>&1 || true' EXIT INT TERM
+tools/emulated_cluster.sh up "$HOSTS" "$RATE"
+mkdir -p "$(dirname "$JSON")"
+for placement in "block:--map-by ppr:2:node" "round-robin:--map-by node"; do
+  read -r -a mapping <<< "${placement#*:}"
+  timeout -k 10 900 tools/emulated_cluster.sh mpirun -n $((2 * HOSTS)) "${mapping[@]}" \
+    "$PYTHON" benchmarks/emulated_cluster_bench.py --label "${placement%%:*}" \
+    --rate-bits "$rate_bits" --json "$JSON" "$@"
+done
+echo "results appended to $JSON"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The cluster tests: test_cluster.py on every rank of an emulated cluster
+# (tools/emulated_cluster.sh), once per layout of ranks on hosts.
+#
+#   tests/emulated_cluster/run.sh          the representative layouts (make test)
+#   tests/emulated_cluster/run.sh --all    every layout (make test-cluster)
+#
+# Needs root and network namespaces; without them it says SKIPPED and why (and passes nothing).
+# The cluster is torn down however the run ends.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$REPO"
+PYTHON=${PYTHON:-$REPO/.venv/bin/python}
+CLUSTER=tools/emulated_cluster.sh
+REPORTS=build/test-reports/cluster
+H=10.77.0
+
+# name | mpirun arguments (the hosts are 10.77.0.10 ... .13)
+QUICK=(
+  "2 hosts x 1|-n 2 --host $H.10:1,$H.11:1"
+  "4 hosts x 2, block|-n 8 --map-by ppr:2:node"
+  "4 hosts x 2, round-robin|-n 8 --map-by node"
+  "uneven 2+1+3|-n 6 --host $H.10:2,$H.11:1,$H.12:3"
+)
+MORE=(
+  "2 hosts x 2, block|-n 4 --host $H.10:2,$H.11:2"
+  "3 hosts x 3, round-robin|-n 9 --host $H.10:3,$H.11:3,$H.12:3 --map-by node"
+  "uneven 3+1|-n 4 --host $H.10:3,$H.11:1"
+  "uneven 3+2, round-robin|-n 5 --host $H.10:3,$H.11:2 --map-by node"
+)
+layouts=("${QUICK[@]}")
+[[ ${1:-} == --all ]] && layouts+=("${MORE[@]}")
+
+skip() { echo "=== cluster tests: SKIPPED ($*); nothing counted as passed"; exit 0; }
+[[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
+command -v tc >/dev/null || skip "no tc (iproute2)"
+probe=rgl-probe$$
+ip netns add "$probe" 2>/dev/null || skip "ip netns add fails here (no network namespaces)"
+ip netns del "$probe"
+
+trap '"$CLUSTER" down >/dev/null 2>&1 || true' EXIT INT TERM
+"$CLUSTER" up 4 1gbit
+
+failed=0
+total=0
+for layout in "${layouts[@]}"; do
+  name=${layout%%|*}
+  read -r -a args <<< "${layout#*|}"
+  dir=$REPORTS/${name//[^a-z0-9]/_}
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  echo "=== cluster, $name: mpirun ${args[*]}"
+  status=0
+  RINGLET_TEST_REPORTS=$dir RINGLET_CACHE_DIR=$dir/cache timeout -k 10 300 \
+    "$CLUSTER" mpirun "${args[@]}" "$PYTHON" tests/mpi_pytest.py -q --color=no \
+    tests/emulated_cluster/test_cluster.py || status=$?
+  # Every rank's JUnit report counts: a rank that failed, or ran nothing, fails the layout.
+  if ! counted=$("$PYTHON" - "$dir" "${args[1]}" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+directory, ranks = Path(sys.argv[1]), int(sys.argv[2])
+passed = failed = 0
+for rank in range(ranks):
+    report = directory / f"rank{rank}.xml"
+    if not report.exists():
+        sys.exit(f"rank {rank} wrote no report")
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    tests, skipped = int(suite.get("tests")), int(suite.get("skipped"))
+    bad = int(suite.get("failures")) + int(suite.get("errors"))
+    if tests == 0 or skipped:
+        sys.exit(f"rank {rank} ran {tests} tests, skipped {skipped}")
+    passed += tests - bad
+    failed += bad
+print(passed, failed)
+sys.exit(1 if failed else 0)
+EOF
+  ); then
+    echo "=== cluster, $name: FAILED (mpirun exit $status; ${counted:-no reports})"
+    for log in "$dir"/rank*.log; do [[ -s $log ]] && tail -n 30 "$log"; done
+    failed=1
+    continue
+  fi
+  read -r passed _ <<< "$counted"
+  total=$((total + passed))
+  echo "=== cluster, $name: $passed passed, 0 failed (all ranks)"
+  [[ $status -eq 0 ]] || { echo "=== cluster, $name: mpirun exit $status"; failed=1; }
+done
+echo "=== cluster tests: $total passed over ${#layouts[@]} layouts$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
+exit "$failed"

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# An emulated cluster on this machine, for ringlet's cluster tests and benchmarks.
+#
+#   tools/emulated_cluster.sh up [HOSTS] [RATE]   HOSTS network namespaces (default 4), each a "host"
+#                                         whose link is shaped to RATE (default 1gbit) each way
+#   tools/emulated_cluster.sh down                remove everything `up` made (also when half made)
+#   tools/emulated_cluster.sh status              what exists
+#   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given)
+#
+# Each host is a network namespace rgl-hN with one veth (10.77.0.(10+N)/24) on a private bridge
+# rglbr0. The bridge has no address in this machine's own namespace and nothing is routed or
+# NATed: traffic stays between the namespaces made here. Each veth is shaped by a token bucket
+# (tc tbf) in both directions: on the bridge side (into the host) and inside the namespace (out
+# of it). Commands on a host run under `unshare --uts` with the hostname rgl-hN, so MPI sees
+# one node per namespace: MPI_Get_processor_name differs, Open MPI starts one orted per host
+# (through an rsh agent that enters the namespace instead of ssh) and MPI_COMM_TYPE_SHARED
+# groups the ranks of each host; between hosts Open MPI uses TCP over the bridge, within a
+# host its shared-memory transport (vader).
+#
+# What it models: each host's network bandwidth (both directions, shared by the host's ranks),
+# TCP between hosts, node locality as MPI and ringlet see it. What it does not: latency (the
+# kernel here has no netem qdisc; tbf's `latency` only bounds its queue, so messages between
+# hosts cost loopback-TCP latency, ~20-50 us, not a real network's), the hosts' own CPUs and
+# memory (every host shares this machine's cores and memory bus, so CPU-heavy phases such as
+# TCP processing contend across hosts), and a switch (the bridge is not a bottleneck).
+# QUEUE=100ms (the default) is how long tbf lets packets wait before it drops them.
+set -euo pipefail
+
+PREFIX=rgl-h
+BRIDGE=rglbr0
+SUBNET=10.77.0
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=$REPO/build/emulated-cluster
+HOSTFILE=$STATE/hostfile
+AGENT=$REPO/tools/emulated_cluster_agent.sh
+
+die() { echo "emulated_cluster: $*" >&2; exit 1; }
+
+namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}[0-9]*$" || true; }
+
+# Token-bucket parameters for RATE: a burst of about 1 ms of traffic, and at least 128 KiB
+# (a veth hands TCP segments of up to 64 KiB to the qdisc; tbf drops packets above its burst).
+burst_for() {
+  local rate=$1 bits
+  bits=$(python3 - "$rate" <<'EOF'
+import re, sys
+m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)(bit|bps)", sys.argv[1].lower())
+if not m:
+    sys.exit(f"cannot read rate {sys.argv[1]!r}: use e.g. 1gbit, 100mbit")
+scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[2]] * (8 if m[3] == "bps" else 1)
+print(int(float(m[1]) * scale))
+EOF
+) || exit 1
+  echo $(( bits / 8 / 1000 > 131072 ? bits / 8 / 1000 : 131072 ))
+}
+
+down() {
+  local ns
+  for ns in $(namespaces); do
+    ip netns del "$ns" 2>/dev/null || true   # takes the namespace's veth end, and so the pair
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' \
+      | grep -E "^(rglv[0-9]+|$BRIDGE)$" || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  rm -rf "$STATE"
+}
+
+up() {
+  local hosts=${1:-4} rate=${2:-1gbit} burst i ns
+  [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 16 ]] || die "HOSTS must be 1-16, not $hosts"
+  [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
+  burst=$(burst_for "$rate")
+  down
+  mkdir -p "$STATE"
+  ip link add "$BRIDGE" type bridge
+  ip link set "$BRIDGE" up
+  : > "$HOSTFILE"
+  for ((i = 0; i < hosts; i++)); do
+    ns=$PREFIX$i
+    ip netns add "$ns"
+    ip link add "rglv$i" type veth peer name eth0 netns "$ns"
+    ip link set "rglv$i" master "$BRIDGE" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$SUBNET.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    # Into the host (the bridge side sends) and out of it (the namespace side sends).
+    tc qdisc add dev "rglv$i" root tbf rate "$rate" burst "$burst" latency "${QUEUE:-100ms}"
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency "${QUEUE:-100ms}"
+    echo "$SUBNET.$((10 + i)) slots=16" >> "$HOSTFILE"
+  done
+  echo "$hosts $rate" > "$STATE/shape"
+  echo "emulated cluster: $hosts hosts (${PREFIX}0-${PREFIX}$((hosts - 1)), $SUBNET.10-$((9 + hosts))), links shaped to $rate each way; hostfile $HOSTFILE"
+}
+
+status() {
+  if [[ ! -f $STATE/shape ]]; then
+    echo "no emulated cluster"
+  else
+    read -r hosts rate < "$STATE/shape"
+    echo "emulated cluster: $hosts hosts at $rate"
+  fi
+  namespaces
+  ip -br link show "$BRIDGE" 2>/dev/null || true
+}
+
+run_mpirun() {
+  [[ -f $HOSTFILE ]] || die "no cluster: run '$0 up' first"
+  local forward=() name
+  # Every rank (started by an orted in its host) gets the caller's environment that matters.
+  for name in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH HOME $(compgen -e | grep -E '^(RINGLET_|OMP_|PYTEST)' || true); do
+    [[ -n ${!name:-} ]] && forward+=(-x "$name")
+  done
+  exec ip netns exec "${PREFIX}0" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "${PREFIX}0" \
+    mpirun --hostfile "$HOSTFILE" \
+    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
+    --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 --wdir "$PWD" \
+    "${forward[@]}" "$@"
+}
+
+case ${1:-} in
+  up) shift; up "$@" ;;
+  down) down; echo "emulated cluster: removed" ;;
+  status) status ;;
+  mpirun) shift; run_mpirun "$@" ;;
+  *) die "usage: $0 up [HOSTS] [RATE] | down | status | mpirun ARGS..." ;;
+esac
