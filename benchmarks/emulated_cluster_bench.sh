@@ -14,7 +14,10 @@ print(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]])" "$RATE")
 
 trap 'tools/emulated_cluster.sh down >/dev/null 2>&1 || true' EXIT INT TERM
 tools/emulated_cluster.sh up "$HOSTS" "$RATE"
-mkdir -p "$(dirname "$JSON")"
+mkdir -p "$(dirname "$JSON")" build/cluster-tools
+# What one link really carries: 8 MiB one way between two hosts, three times.
+mpicc -O2 -o build/cluster-tools/hostcheck tests/emulated_cluster/hostcheck.c
+timeout -k 10 120 tools/emulated_cluster.sh mpirun -n 2 --map-by node build/cluster-tools/hostcheck
 for placement in "block:--map-by ppr:2:node" "round-robin:--map-by node"; do
   read -r -a mapping <<< "${placement#*:}"
   timeout -k 10 900 tools/emulated_cluster.sh mpirun -n $((2 * HOSTS)) "${mapping[@]}" \
