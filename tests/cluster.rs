@@ -67,9 +67,7 @@ fn every_algorithm_is_exact_on_every_layout() {
             for count in [0, 1, n - 1, n + 1, 3 * n + 1, 1000] {
                 for dtype in DType::ALL {
                     for op in ReduceOp::ALL {
-                        let per_rank: Vec<Vec<f64>> = (0..n)
-                            .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
-                            .collect();
+                        let per_rank = exact_inputs(n, count, op);
                         let expected = reference(dtype, op, &per_rank);
                         for (rank, outcome) in run_on(schedule, layout, &per_rank, dtype, op)
                             .iter()

@@ -412,9 +412,7 @@ fn every_schedule_over_separate_buffers_is_exact() {
             for (count, seed) in [0usize, 1, n + 1, 1000, 4099].into_iter().zip(1u64..) {
                 for dtype in DType::ALL {
                     for op in ReduceOp::ALL {
-                        let per_rank: Vec<Vec<f64>> = (0..n)
-                            .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
-                            .collect();
+                        let per_rank = exact_inputs(n, count, op);
                         let expected = reference(dtype, op, &per_rank);
                         let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
                         let setup = Setup {
@@ -517,9 +515,7 @@ fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
                     for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max] {
                         let integer = matches!(dtype, DType::I32 | DType::I64);
                         let factors = if integer { Factors::NONE } else { factors };
-                        let per_rank: Vec<Vec<f64>> = (0..n)
-                            .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
-                            .collect();
+                        let per_rank = exact_inputs(n, count, op);
                         let expected =
                             reference_scaled(dtype, op, &per_rank, factors.pre, factors.post);
                         let inputs: Vec<Vec<u8>> =

@@ -414,10 +414,14 @@ pub fn node_major<'t>(transport: &'t dyn Transport, tuning: &Tuning) -> Result<O
 }
 
 /// The cost of a schedule that runs in [`node_major`] order: each of its steps crosses a node's
-/// link once, the other messages stay inside the nodes, at the same time.
-pub fn node_major_cost(flat: Cost, nodes: &Nodes) -> Tiered {
+/// link once, the other messages stay inside the nodes, at the same time (unless `tuning` keeps
+/// rank order: then it is [`Tiered::unaware`]).
+pub fn node_major_cost(flat: Cost, nodes: &Nodes, tuning: &Tuning) -> Tiered {
     if nodes.count() <= 1 {
         return Tiered::within(flat);
+    }
+    if !tuning.node_major {
+        return Tiered::unaware(flat, nodes.per_node().1);
     }
     Tiered {
         within: Cost {

@@ -83,12 +83,7 @@ impl Algorithm for PipelinedRing {
     }
 
     fn cost_on(&self, nodes: &Nodes, bytes: usize, tuning: &Tuning) -> Tiered {
-        let flat = self.cost(nodes.ranks(), bytes, tuning);
-        if tuning.node_major {
-            node_major_cost(flat, nodes)
-        } else {
-            Tiered::unaware(flat, nodes.per_node().1)
-        }
+        node_major_cost(self.cost(nodes.ranks(), bytes, tuning), nodes, tuning)
     }
 
     fn folds_scaling(&self) -> bool {

@@ -209,6 +209,13 @@ pub fn aligned_copy(bytes: &[u8]) -> AlignedBytes {
     out
 }
 
+/// Every rank's [`exact_value`]s for `count` elements under `op`.
+pub fn exact_inputs(ranks: usize, count: usize, op: ReduceOp) -> Vec<Vec<f64>> {
+    (0..ranks)
+        .map(|r| (0..count).map(|i| exact_value(r, i, op)).collect())
+        .collect()
+}
+
 /// Small integers, so that every reduction of up to 64 ranks is exact in every dtype: values
 /// in [-2, 4], so partial sums stay within ±256 (bfloat16's exact range); products at most 2^3.
 pub fn exact_value(rank: usize, index: usize, op: ReduceOp) -> f64 {
