@@ -230,7 +230,10 @@ def test_help_describes_the_translation(capsys):
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun on PATH")
 @pytest.mark.timeout(180)
 def test_a_real_two_rank_job():
-    script = "import ringlet; ringlet.init(); print(ringlet.rank(), ringlet.size())"
+    # One write per line: print writes its arguments, separators and end apart, and the two
+    # ranks' unbuffered output through mpirun can interleave between them ("0 21 2").
+    script = ("import sys, ringlet; ringlet.init(); "
+              "sys.stdout.write(f'{ringlet.rank()} {ringlet.size()}\\n')")
     result = subprocess.run(
         [sys.executable, "-m", "ringlet.run", "-np", "2", "--mpi-launcher", "mpirun",
          sys.executable, "-c", script],
