@@ -88,5 +88,20 @@ EOF
   echo "=== cluster, $name: $passed passed, 0 failed (all ranks)"
   [[ $status -eq 0 ]] || { echo "=== cluster, $name: mpirun exit $status"; failed=1; }
 done
-echo "=== cluster tests: $total passed over ${#layouts[@]} layouts$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
+# make bench-cluster's benchmark, briefly: it runs, and reports every candidate against the bound.
+echo "=== cluster, the benchmark briefly (4 hosts x 2, block, 1 MiB)"
+bench_out=$(timeout -k 10 300 "$CLUSTER" mpirun -n 8 --map-by ppr:2:node "$PYTHON" \
+  benchmarks/emulated_cluster_bench.py --bytes 1048576 --reps 2 2>&1) || true
+echo "$bench_out" | grep -E "^(\||host-link|8 ranks)" || true
+for row in "| ring |" "| halving_doubling |" "| two_tier |" "| auto |" "| native |" \
+    "| ring, rank order (flat) |" "host-link bound 2(H-1)/H*m/B = 13 ms" "placement seen: block"; do
+  if ! grep -qF -- "$row" <<< "$bench_out"; then
+    echo "=== cluster, the benchmark: FAILED (no '$row' in its report)"
+    echo "$bench_out" | tail -n 20
+    failed=1
+  fi
+done
+[[ $failed -eq 0 ]] && total=$((total + 1))
+
+echo "=== cluster tests: $total passed over ${#layouts[@]} layouts and the benchmark$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
 exit "$failed"
