@@ -89,7 +89,21 @@ pub struct Pick {
     pub schedule: &'static dyn Allreduce,
     /// This call tries the range's alternative.
     pub exploring: bool,
+    /// What the call runs when it does not try.
+    winner: &'static dyn Allreduce,
     key: (DType, ReduceOp, usize),
+}
+
+impl Pick {
+    /// The same call without the try (where the alternative cannot run: the range's count still
+    /// moves on, so the call after it is not a try either).
+    pub fn without_try(self) -> Pick {
+        Pick {
+            schedule: self.winner,
+            exploring: false,
+            ..self
+        }
+    }
 }
 
 /// Calls in a range before it first tries its alternative; the gap then doubles up to
@@ -173,6 +187,7 @@ impl Refiner {
                 first
             },
             exploring,
+            winner: first,
             key,
         })
     }
@@ -422,5 +437,25 @@ mod tests {
         );
         refiner.reset();
         assert!(refiner.report().is_empty());
+    }
+
+    #[test]
+    fn a_try_that_cannot_run_here_is_a_call_of_the_winner() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        install_with_alternative();
+        let mut refiner = Refiner::new(true);
+        assert!(play(&mut refiner, 7, 1.0, 0.5).is_empty());
+        let pick = refiner
+            .pick(DType::F32, ReduceOp::Sum, 4096)
+            .expect("a table");
+        assert!(pick.exploring && pick.schedule.name() == "halving_doubling");
+        let plain = pick.without_try();
+        assert!(!plain.exploring && plain.schedule.name() == "ring");
+        refiner.commit(&plain);
+        let next = refiner
+            .pick(DType::F32, ReduceOp::Sum, 4096)
+            .expect("a table");
+        assert!(!next.exploring && next.schedule.name() == "ring");
+        assert_eq!(refiner.report()[0].5, 0, "no try counted");
     }
 }

@@ -122,10 +122,13 @@ pub(super) fn choose_on(
             pick: None,
         });
     }
-    let pick = comm
+    let mut pick = comm
         .refiner()
         .pick(dtype, op, nbytes)
         .ok_or_else(no_table)?;
+    if pick.exploring && pick.schedule.unavailable(transport).is_some() {
+        pick = pick.without_try(); // the table is the world's: its alternative may not run here
+    }
     if pick.schedule.unavailable(transport).is_some() {
         // The table is the world's; a process set without shared memory takes the ring.
         let schedule = choose("ring", dtype, op, nbytes, transport)?;
