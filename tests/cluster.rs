@@ -227,3 +227,45 @@ fn transports_know_their_nodes() {
     assert!(group[0].shared().is_none(), "no shared memory across nodes");
     assert!(LocalTransport::group(2)[0].shared().is_some());
 }
+
+#[test]
+fn factors_are_applied_once_on_every_layout_and_across_separate_buffers() {
+    use _core::schedules::Factors;
+    let factors = Factors {
+        pre: 2.0,
+        post: 0.5,
+    };
+    for layout in LAYOUTS {
+        let n = layout.len();
+        for schedule in node_algorithms(layout) {
+            for count in [0, 1, 37, 1000] {
+                for dtype in [DType::F32, DType::F64, DType::BF16] {
+                    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+                        let per_rank = exact_inputs(n, count, op);
+                        let expected =
+                            reference_scaled(dtype, op, &per_rank, factors.pre, factors.post);
+                        let setup = Setup {
+                            nodes: Some(layout.to_vec()),
+                            factors,
+                            parts: Some(random_parts(count, 11)),
+                            ..Setup::default()
+                        };
+                        let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
+                        for (rank, outcome) in run_with(schedule, inputs, dtype, op, &setup)
+                            .iter()
+                            .enumerate()
+                        {
+                            assert!(
+                                outcome.result == expected,
+                                "{} on {layout:?}, {count} {} {}: rank {rank}",
+                                schedule.name(),
+                                dtype.name(),
+                                op.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -20,6 +20,7 @@ use super::recursive_doubling::RecursiveDoubling;
 use super::ring::{self, Ring};
 use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning};
 use crate::error::Result;
+use crate::kernels::convert;
 use crate::transport::view::View;
 use crate::transport::{Nodes, Transport};
 use std::ops::Range;
@@ -116,6 +117,13 @@ impl Allreduce for TwoTier {
             ..*reduction
         };
         ring::reduce_scatter(&node, buf, &blocks, &partial)?;
+        if node.size() == 1 && reduction.scaled && reduction.pre != 1.0 {
+            // Alone on its node, this rank's input was combined with nothing: scale it now, as
+            // the other nodes' rings did theirs, so that the nodes' shares agree on `pre`.
+            for part in buf.parts_mut() {
+                convert::scale(reduction.dtype, part, reduction.pre)?;
+            }
+        }
 
         // 2. Share `mine` across the nodes, among the ranks with the same index on each.
         if mine < shares {
@@ -124,9 +132,9 @@ impl Allreduce for TwoTier {
                 .collect();
             let peers = View::new(transport, peers)?;
             let share = blocks[mine].clone();
-            // The node's ring scaled the inputs, unless the node is this rank alone.
+            // Every node's share is scaled already.
             let whole = Reduction {
-                pre: if node.size() > 1 { 1.0 } else { reduction.pre },
+                pre: 1.0,
                 ..*reduction
             };
             let mut pieces = Parts::new(buf.get_mut(share.clone())?.into_iter().collect());
