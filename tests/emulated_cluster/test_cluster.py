@@ -136,3 +136,15 @@ def test_fused_gradients_average_across_hosts():
     mean = (SIZE + 1) / 2
     for g in grads:
         np.testing.assert_array_equal(g, np.full(g.shape, mean, np.float32))
+
+
+@pytest.mark.parametrize("algorithm", ["two_tier", "ring", "auto"])
+def test_prescale_and_postscale_apply_once_whatever_the_hosts(algorithm):
+    """Uneven hosts included: a rank alone on its host scales its input as the others' rings do."""
+    grads = [np.full(n, RANK + 1, np.float32) for n in (5, 1000, 1 << 15)]
+    ringlet.average_gradients(grads, op="sum", prescale=2.0, postscale=0.25,
+                              algorithm=algorithm)
+    want = 2.0 * SIZE * (SIZE + 1) / 2 * 0.25
+    for g in grads:
+        np.testing.assert_array_equal(g, np.full(g.shape, want, np.float32))
+        assert COMM.allgather(digest(g)) == [digest(g)] * SIZE
