@@ -105,7 +105,8 @@ cluster-up:
 cluster-down:
 	bash tools/emulated_cluster.sh down
 
-# Each brings its own cluster up (4 hosts, 1 Gbit/s) and down, whatever happens.
+# Each brings its own cluster up (4 hosts, 1 Gbit/s; replacing one made by cluster-up) and
+# down, whatever happens.
 test-cluster: setup
 	bash tests/emulated_cluster/run.sh --all
 

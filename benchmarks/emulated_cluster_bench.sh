@@ -9,10 +9,12 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 HOSTS=${HOSTS:-4}
 RATE=${RATE:-1gbit}
 JSON=${JSON:-build/emulated-cluster-bench.jsonl}
-rate_bits=$(python3 -c "import sys, re; m = re.fullmatch(r'(\d+(?:\.\d+)?)([kmg]?)bit', sys.argv[1]); \
-print(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]])" "$RATE")
+rate_bits=$(python3 -c "import sys, re; m = re.fullmatch(r'(\d+(?:\.\d+)?)([kmg]?)(bit|bps)', \
+sys.argv[1].lower()); print(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]] \
+* (8 if m[3] == 'bps' else 1))" "$RATE")
 
-trap 'tools/emulated_cluster.sh down >/dev/null 2>&1 || true' EXIT INT TERM
+trap 'tools/emulated_cluster.sh down >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM   # then the EXIT trap tears down
 tools/emulated_cluster.sh up "$HOSTS" "$RATE"
 mkdir -p "$(dirname "$JSON")" build/cluster-tools
 # What one link really carries: 8 MiB one way between two hosts, three times.

@@ -95,8 +95,8 @@ pub struct Pick {
 }
 
 impl Pick {
-    /// The same call without the try (where the alternative cannot run: the range's count still
-    /// moves on, so the call after it is not a try either).
+    /// The same call without the try (where the alternative cannot run); the next try comes
+    /// when it would have.
     pub fn without_try(self) -> Pick {
         Pick {
             schedule: self.winner,
@@ -197,8 +197,9 @@ impl Refiner {
     pub fn commit(&mut self, pick: &Pick) {
         let state = self.state(pick.key);
         state.calls += 1;
-        if pick.exploring {
-            state.tries += 1;
+        if state.calls >= state.next_try {
+            // A try, or the call that would have been one (its alternative could not run).
+            state.tries += u64::from(pick.exploring);
             state.next_try = state.calls + state.calls.min(MAX_EXPLORE_GAP);
         }
     }

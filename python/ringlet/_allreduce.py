@@ -59,8 +59,11 @@ def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str,
     process sets."""
     where = place(process_set)
     result, name = prepare(x, op, out, algorithm, where.id)
-    if algorithm == "auto":
-        algorithm = (selector.choose(result.nbytes, size(), name, op) if where.id == 0
-                     else selector.choose_in_set(result.nbytes, where.size, name, op, where.id))
+    if algorithm == "auto" and where.id == 0:
+        # The table must exist; the core then plays it, as on the fast path, so that both
+        # paths count the same calls in auto's refinement (a rank on either is in step).
+        selector.choose(result.nbytes, size(), name, op)
+    elif algorithm == "auto":
+        algorithm = selector.choose_in_set(result.nbytes, where.size, name, op, where.id)
     _core.allreduce(result, name, op, algorithm, where.id)
     return result

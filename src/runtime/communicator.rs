@@ -82,6 +82,9 @@ pub struct Communicator<T: ?Sized + Transport = dyn Transport> {
     settings: Settings,
     inspector: Arc<StallInspector>,
     hosts: Vec<String>,
+    /// Whether `auto` refines its table on this communicator (part of every call's digest: ranks
+    /// that differ would try alternatives at different calls).
+    explore: bool,
     refiner: Mutex<Refiner>,
     transport: T,
 }
@@ -108,6 +111,7 @@ impl<T: Transport> Communicator<T> {
             inspector,
             hosts,
             // Without the check nothing would catch ranks that try at different calls.
+            explore: options.explore && options.check,
             refiner: Mutex::new(Refiner::new(options.explore && options.check)),
             transport,
         })
@@ -226,9 +230,10 @@ impl Communicator {
         if !self.check {
             return Ok((seq, Agreement::Same));
         }
-        let digest = call.digest(refused.is_some(), &self.settings.words());
+        let digest = call.digest(refused.is_some(), &self.words());
         let describe = || self.description(call, seq, refused, role);
-        let agreement = consistency::agree(&self.transport, seq, digest, describe)?;
+        let agreement = consistency::agree(&self.transport, seq, digest, describe)
+            .inspect_err(|_| self.out_of_step())?;
         Ok((seq, agreement))
     }
 
@@ -243,6 +248,9 @@ impl Communicator {
         let mut text = call.describe(seq, reason.as_deref());
         if refused.is_none() {
             text += &self.settings.describe();
+            if !self.explore {
+                text += ", with auto's refinement off (RINGLET_EXPLORE=0)";
+            }
         }
         Description {
             thread: call.thread,
@@ -261,7 +269,7 @@ impl Communicator {
         };
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
         self.inspector.enter(Label::of(call, seq));
-        let digest = call.digest(false, &self.settings.words());
+        let digest = call.digest(false, &self.words());
         shared.flags().expect([seq, digest]);
         Ok(seq)
     }
@@ -275,7 +283,22 @@ impl Communicator {
             None => Role::Plain,
         };
         let describe = || self.description(call, seq, None, role);
-        consistency::settle(&self.transport, describe).map(|_| ())
+        consistency::settle(&self.transport, describe)
+            .map(|_| ())
+            .inspect_err(|_| self.out_of_step())
+    }
+
+    /// What every call's digest covers besides the call: the settings, and whether `auto`
+    /// refines.
+    fn words(&self) -> [u64; 4] {
+        let [segment, limit, node_major] = self.settings.words();
+        [segment, limit, node_major, self.explore as u64]
+    }
+
+    /// A call's check failed (on every rank, so in step): `auto`'s refinement starts over, in
+    /// case the ranks had come to count its calls differently.
+    fn out_of_step(&self) {
+        self.refiner().reset();
     }
 
     /// [`begin`](Self::begin) for a call that this rank refused with `error`: returns `error`

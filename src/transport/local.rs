@@ -83,7 +83,7 @@ impl LocalTransport {
 
     /// One transport per rank, rank r on node `nodes[r]` (any labels; equal labels share a
     /// node). With several nodes there is no shared memory, as with MPI across hosts.
-    pub fn cluster<T: PartialEq>(nodes: &[T]) -> Vec<LocalTransport> {
+    pub fn cluster<T: Eq + std::hash::Hash>(nodes: &[T]) -> Vec<LocalTransport> {
         let nodes = Nodes::from_labels(nodes);
         Self::group(nodes.ranks())
             .into_iter()

@@ -5,6 +5,9 @@
 //! (what the library itself considers one node); the in-process transport is told it, so that
 //! tests can lay out any cluster.
 
+use std::collections::HashMap;
+use std::hash::Hash;
+
 /// How the ranks of each node sit in rank order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -42,17 +45,16 @@ impl Nodes {
 
     /// From any label per rank (a host name's index, a node leader's rank): ranks with equal
     /// labels share a node.
-    pub fn from_labels<T: PartialEq>(labels: &[T]) -> Self {
-        let mut firsts: Vec<&T> = Vec::new();
+    pub fn from_labels<T: Eq + Hash>(labels: &[T]) -> Self {
+        let mut numbers: HashMap<&T, usize> = HashMap::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
         let of = labels
             .iter()
             .enumerate()
             .map(|(rank, label)| {
-                let node = firsts.iter().position(|f| *f == label).unwrap_or_else(|| {
-                    firsts.push(label);
+                let node = *numbers.entry(label).or_insert_with(|| {
                     members.push(Vec::new());
-                    firsts.len() - 1
+                    members.len() - 1
                 });
                 members[node].push(rank);
                 node

@@ -38,7 +38,8 @@ probe=rgl-probe$$
 ip netns add "$probe" 2>/dev/null || skip "ip netns add fails here (no network namespaces)"
 ip netns del "$probe"
 
-trap '"$CLUSTER" down >/dev/null 2>&1 || true' EXIT INT TERM
+trap '"$CLUSTER" down >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM   # then the EXIT trap tears down
 "$CLUSTER" up 4 1gbit
 
 failed=0

@@ -65,7 +65,8 @@ def test_tries_come_at_doubling_call_numbers_alike_on_every_rank(table_with_alte
         assert counted == {winner: 37, "halving_doubling": 3}
 
 
-def test_a_mismatched_call_counts_on_no_rank(table_with_alternative, comm, size):
+def test_a_mismatched_call_starts_the_count_over_on_every_rank(table_with_alternative, comm,
+                                                                size):
     if size == 1:  # no mismatch on one rank; a refused call counts no more than another
         with pytest.raises(ValueError):
             ringlet.allreduce(np.ones(3, np.float32), algorithm="no-such-algorithm")
@@ -75,14 +76,16 @@ def test_a_mismatched_call_counts_on_no_rank(table_with_alternative, comm, size)
         ringlet.allreduce(np.ones(100, np.float32))
     # float32 on rank 0, float64 elsewhere: counted where it was picked, rank 0 alone would
     # be one float32 call ahead, and would try the alternative at a call the others do not.
+    # It counts nowhere, and the failed check starts every rank's count over.
     with pytest.raises(ringlet.MismatchError):
         ringlet.allreduce(np.ones(100, np.float32 if comm.rank == 0 else np.float64))
-    # In step: calls 6-40 choose alike everywhere (a difference would raise MismatchError).
+    # In step: the next 35 calls choose alike everywhere (a difference would raise
+    # MismatchError), trying the alternative at their 8th, 16th and 32nd.
     for _ in range(35):
         np.testing.assert_array_equal(ringlet.allreduce(np.ones(100, np.float32)),
                                       np.full(100, size, np.float32))
     row = played()
-    assert (row["calls"], row["tries"]) == (40, 3)
+    assert (row["calls"], row["tries"]) == (35, 3)
     assert comm.allgather(row) == [row] * size
 
 
@@ -114,3 +117,21 @@ def test_the_selector_names_a_close_runner_up_per_range():
             assert alternative != winner
             assert alternative == "" or alternative in selector.candidates(*key)
     assert any(a for row in tries.values() for a in row), "some range has a close runner-up"
+
+
+def test_ranks_on_the_slow_path_count_alike(table_with_alternative, comm, size):
+    """``out=`` another array on rank 0 takes the checked path, the others the fast one: both
+    count the same calls, so they try the alternative at the same calls (or the check would
+    raise MismatchError)."""
+    for call in range(1, 41):
+        x = np.full(100, comm.rank + call, np.float32)
+        want = np.full(100, sum(r + call for r in range(size)), np.float32)
+        if comm.rank == 0:
+            out = np.empty_like(x)
+            ringlet.allreduce(x, out=out)
+            np.testing.assert_array_equal(out, want)
+        else:
+            np.testing.assert_array_equal(ringlet.allreduce(x), want)
+    row = played()
+    assert row["calls"] == (40 if size > 1 else 0)
+    assert comm.allgather(row) == [row] * size
