@@ -134,6 +134,22 @@ def count(report: Path) -> tuple[int, int, int]:
     return tests - failed - skipped, failed, skipped
 
 
+def failing(report: Path, where: str) -> list[str]:
+    """One line per failed or erroring test in a JUnit report: where it ran, its id, and the
+    first line of its message (so that the end of a long log still says what failed)."""
+    lines = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for problem in [*case.findall("failure"), *case.findall("error")]:
+            message = (problem.get("message") or problem.text or "").strip().splitlines()
+            lines.append(f"{where}: {case.get('classname')}::{case.get('name')}: "
+                         f"{message[0][:200] if message else problem.tag}")
+    return lines
+
+
+# Every failed test of the whole suite, printed again at its end.
+FAILED_TESTS: list[str] = []
+
+
 # Importing torch loads its CUDA libraries in every rank; its tests run up to this many ranks
 # (the issue asks for 1-4), which keeps the oversubscribed 5- and 8-rank runs quick.
 TORCH_MAX_RANKS = 4
@@ -167,17 +183,29 @@ def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
         report = reports / f"rank{rank}.xml"
         if not report.exists():
             print(f"rank {rank} wrote no report (crashed or killed)")
+            FAILED_TESTS.append(f"{size} ranks, rank {rank}: no report (crashed or killed)")
             failed += 1
             continue
         p, f, s = count(report)
         passed, failed, skipped = passed + p, failed + f, skipped + s
+        FAILED_TESTS.extend(failing(report, f"{size} ranks, rank {rank}"))
         if f and rank != 0 and (reports / f"rank{rank}.log").exists():
             print(f"--- rank {rank} output ---\n{(reports / f'rank{rank}.log').read_text()}")
     if code == 124:
         print(f"the run was killed after {timeout:.0f} s")
+        FAILED_TESTS.append(f"{size} ranks: killed after {timeout:.0f} s")
         failed += 1
     elif code != 0 and failed == 0:
+        # A rank that crashed after its tests (at exit, in finalization): say which, with the
+        # end of what it printed (rank 0's is above).
         print(f"{launcher.command} exited with {code} although every report passed")
+        for rank in range(1, size):
+            log = reports / f"rank{rank}.log"
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                print(f"--- rank {rank} output, last lines ---\n" + "\n".join(tail))
+        FAILED_TESTS.append(f"{size} ranks: {launcher.command} exited with {code} after every "
+                            "test passed")
         failed += 1
     print(f"=== {size} ranks: {passed} passed, {failed} failed, {skipped} skipped "
           f"(all ranks) in {time.monotonic() - started:.1f} s", flush=True)
@@ -196,6 +224,8 @@ def run_plain(launcher: Launcher, path: str, timeout: float,
     print(f"\n=== tests run by one process: {' '.join(command)}", flush=True)
     code = call(command, launcher.environment, timeout)
     passed, failed, skipped = count(report) if report.exists() else (0, 1, 0)
+    if report.exists():
+        FAILED_TESTS.extend(failing(report, path))
     if code != 0 and failed == 0:
         failed = 1
     return passed, failed, skipped
@@ -228,6 +258,8 @@ def main() -> int:
     skipped = sum(t[2] for t in totals)
     print(f"\nMPI suite under {args.launcher} over sizes {args.sizes} (every rank counted) and "
           f"{args.plain or 'no'} single-process tests:")
+    if FAILED_TESTS:
+        print("failed:\n  " + "\n  ".join(FAILED_TESTS))
     print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 

@@ -179,3 +179,20 @@ def test_jobs_the_tests_launch_use_the_launcher(name: str, tmp_path: Path,
     assert job.returncode == 0, job.stderr
     flavor = "Open MPI" if launcher.flavor == "openmpi" else "MPICH"
     assert job.stdout.splitlines() == [f"2 {flavor}"] * 2, job.stdout + job.stderr
+
+
+def test_failed_tests_are_named_with_their_first_message_line(tmp_path: Path):
+    report = tmp_path / "rank0.xml"
+    report.write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="1" skipped="0">'
+        '<testcase classname="tests.python.test_a" name="test_ok"/>'
+        '<testcase classname="tests.python.test_a" name="test_bad">'
+        '<failure message="assert 1 == 2&#10;more">trace</failure></testcase>'
+        '<testcase classname="tests.python.test_b" name="test_broken">'
+        '<error message="">boom</error></testcase>'
+        '</testsuite></testsuites>')
+    assert suite.count(report) == (1, 2, 0)
+    assert suite.failing(report, "2 ranks, rank 0") == [
+        "2 ranks, rank 0: tests.python.test_a::test_bad: assert 1 == 2",
+        "2 ranks, rank 0: tests.python.test_b::test_broken: boom",
+    ]
