@@ -5,10 +5,15 @@
 //! decides with a binary search instead of a trip through Python. An empty table means "ask
 //! Python". Each range may name an alternative: a candidate the model predicts close to the
 //! winner, which [`Refiner`] tries now and then on real calls.
+//!
+//! The other collectives choose in the core from the same cost model: [`Model`] holds its
+//! parameters (the selector installs its calibration; built-in defaults before that), and
+//! [`cheapest`] prices each registered algorithm with them.
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::{self, Allreduce, Support, ALLREDUCE};
+use crate::schedules::{self, Algorithm, Allreduce, Support, Tiered, Tuning, ALLREDUCE};
+use crate::transport::Transport;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
@@ -459,4 +464,105 @@ mod tests {
         assert!(!next.exploring && next.schedule.name() == "ring");
         assert_eq!(refiner.report()[0].5, 0, "no try counted");
     }
+}
+
+/// The cost model's parameters, in seconds: alpha per message and beta per byte inside a node,
+/// the same across nodes, and gamma per byte combined (per dtype, with a default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    pub alpha: f64,
+    pub beta: f64,
+    pub alpha_across: f64,
+    pub beta_across: f64,
+    pub gamma: f64,
+    pub gamma_of: Vec<(DType, f64)>,
+}
+
+impl Model {
+    /// The selector's built-in defaults (`selector.DEFAULT_*`), for calls before it calibrates.
+    pub const DEFAULT: Model = Model {
+        alpha: 1.5e-6,
+        beta: 1.0 / 6e9,
+        alpha_across: 30e-6,
+        beta_across: 8.0 / 10e9,
+        gamma: 1.0 / 30e9,
+        gamma_of: Vec::new(),
+    };
+
+    /// The predicted seconds of `cost`, combining `dtype` (if anything is combined).
+    pub fn seconds(&self, cost: &Tiered, dtype: Option<DType>) -> f64 {
+        let gamma = dtype
+            .and_then(|d| self.gamma_of.iter().find(|(g, _)| *g == d).map(|(_, v)| *v))
+            .unwrap_or(self.gamma);
+        self.alpha * cost.within.messages
+            + self.beta * cost.within.bytes
+            + gamma * (cost.within.reduced + cost.across.reduced)
+            + self.alpha_across * cost.across.messages
+            + self.beta_across * cost.across.bytes
+    }
+}
+
+static MODEL: RwLock<Option<Model>> = RwLock::new(None);
+
+/// Install the model's parameters (every rank the same ones: the selector's calibration, which
+/// rank 0 measured and broadcast). Each must be a positive, finite number.
+pub fn set_model(model: Model) -> Result<()> {
+    let numbers = [
+        model.alpha,
+        model.beta,
+        model.alpha_across,
+        model.beta_across,
+        model.gamma,
+    ];
+    let gammas = model.gamma_of.iter().map(|(_, g)| *g);
+    if !numbers
+        .into_iter()
+        .chain(gammas)
+        .all(|v| v.is_finite() && v > 0.0)
+    {
+        return Err(CoreError::InvalidArgument(format!(
+            "the cost model's parameters must be positive, finite numbers, got {model:?}"
+        )));
+    }
+    *MODEL.write().unwrap_or_else(|e| e.into_inner()) = Some(model);
+    Ok(())
+}
+
+/// The installed model, or [`Model::DEFAULT`].
+pub fn model() -> Model {
+    MODEL
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or(Model::DEFAULT)
+}
+
+/// The registered algorithm the model prices lowest for `bytes` on `transport`'s ranks, among
+/// those that can run there and, when it reduces (`reducing`), combine with ringlet's own
+/// arithmetic; ties go to the first registered. Every rank holds the same model, nodes and
+/// settings, so every rank picks alike.
+pub fn cheapest<T: Algorithm + ?Sized>(
+    registry: &[&'static T],
+    transport: &dyn Transport,
+    tuning: &Tuning,
+    bytes: usize,
+    reducing: Option<(DType, ReduceOp)>,
+) -> Option<&'static T> {
+    let model = model();
+    let nodes = transport.nodes();
+    let mut best: Option<(f64, &'static T)> = None;
+    for &algorithm in registry {
+        let exact = reducing.is_none_or(|(d, o)| algorithm.support(d, o) == Support::Full);
+        if !exact || algorithm.unavailable(transport).is_some() {
+            continue;
+        }
+        let seconds = model.seconds(
+            &algorithm.cost_on(nodes, bytes, tuning),
+            reducing.map(|r| r.0),
+        );
+        if best.is_none_or(|(b, _)| seconds < b) {
+            best = Some((seconds, algorithm));
+        }
+    }
+    best.map(|(_, algorithm)| algorithm)
 }

@@ -12,6 +12,7 @@ use _core::runtime::broadcast::{broadcast_on, Array};
 use _core::runtime::communicator::{Communicator, Options, Settings};
 use _core::runtime::grouped_allreduce::{allreduce_group_on, Group};
 use _core::runtime::join::join_on;
+use _core::runtime::reduce::reduce_on;
 use _core::runtime::reduce_scatter::reduce_scatter_on;
 use _core::runtime::stall::{Sink, StallPolicy};
 use _core::transport::local::LocalTransport;
@@ -155,6 +156,34 @@ fn collectives_give_the_reference_results() {
                 .map(|i| (0..n).map(|r| (i + r) as f32).sum())
                 .collect();
             assert_eq!(block, want, "reduce_scatter N={n} rank {rank}");
+        }
+    }
+}
+
+#[test]
+fn reduce_gives_the_root_the_reference_and_the_others_nothing() {
+    for n in [1, 2, 3, 5, 8] {
+        for name in ["auto", "binomial", "k_chain", "reduce_scatter_gather"] {
+            let root = n / 2;
+            let results = on(n, |comm| {
+                let input: Vec<f32> = (0..7).map(|i| (i * 10 + comm.rank()) as f32).collect();
+                let bytes = f32_bytes(&input);
+                let out = reduce_on(comm, &bytes, DType::F32, ReduceOp::Avg, &[7], root, name, 0)
+                    .expect("reduce");
+                assert_eq!(f32_bytes(&input), bytes, "the input is untouched");
+                out.map(|block| {
+                    f32_values(&bytemuck::cast_slice::<u64, u8>(&block.storage)[..block.bytes])
+                })
+            });
+            for (rank, result) in results.into_iter().enumerate() {
+                if rank != root {
+                    assert!(result.is_none(), "{name} N={n} rank {rank}");
+                    continue;
+                }
+                let mean = (0..n).sum::<usize>() as f32 / n as f32;
+                let want: Vec<f32> = (0..7).map(|i| (i * 10) as f32 + mean).collect();
+                assert_eq!(result, Some(want), "{name} N={n}");
+            }
         }
     }
 }
@@ -475,6 +504,16 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
         let op = if odd { ReduceOp::Max } else { ReduceOp::Sum };
         let counts = vec![1; n];
         reduce_scatter_on(c, &input, DType::F32, op, &[n], &counts, "auto", 0).map(|_| ())
+    });
+    every_rank_mismatches("reduce root", &["reduce", "root 0", "root 1"], |c, odd| {
+        let input = vec![0u8; 8];
+        let root = usize::from(odd);
+        reduce_on(c, &input, DType::F32, ReduceOp::Sum, &[2], root, "auto", 0).map(|_| ())
+    });
+    every_rank_mismatches("reduce algorithm", &["k_chain", "binomial"], |c, odd| {
+        let input = vec![0u8; 8];
+        let name = if odd { "k_chain" } else { "binomial" };
+        reduce_on(c, &input, DType::F32, ReduceOp::Sum, &[2], 0, name, 0).map(|_| ())
     });
     every_rank_mismatches("reduce_scatter counts", &["into rows"], |c, odd| {
         let n = c.size();

@@ -21,6 +21,7 @@ from ._collectives import (
     broadcast,
     broadcast_async,
     broadcast_object,
+    reduce,
     reduce_scatter,
     reduce_scatter_async,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "plan_buckets",
     "process_sets",
     "rank",
+    "reduce",
     "reduce_scatter",
     "reduce_scatter_async",
     "remove_process_set",
@@ -115,14 +117,14 @@ __all__ = [
 def algorithms(
     collective: str = "allreduce", dtype: str | None = None, op: str = "sum"
 ) -> tuple[str, ...]:
-    """The algorithms ``collective`` ("allreduce", "broadcast", "allgather", "alltoall" or
-    "reduce_scatter") accepts besides "auto", in the order the core registers them; with
-    ``dtype``, only those that can reduce it with ``op`` (for example, "mpi" cannot reduce
-    16-bit floats)."""
+    """The algorithms ``collective`` ("allreduce", "broadcast", "reduce", "allgather",
+    "alltoall" or "reduce_scatter") accepts besides "auto", in the order the core registers
+    them; with ``dtype``, only those that can reduce it with ``op`` (for example, "mpi" cannot
+    reduce 16-bit floats)."""
     from . import _core
 
     names = _core.algorithms(collective)
-    if dtype is None or collective not in ("allreduce", "reduce_scatter"):
+    if dtype is None or collective not in ("allreduce", "reduce", "reduce_scatter"):
         return tuple(names)
     return tuple(
         name for name in names

@@ -1,5 +1,5 @@
-"""The collectives besides allreduce: broadcast, allgather, reduce_scatter (and their object
-forms), with the same guarantees as ``allreduce``: a consistency check before any data moves,
+"""The collectives besides allreduce: broadcast, reduce, allgather, reduce_scatter (and their
+object forms), with the same guarantees as ``allreduce``: a consistency check before any data moves,
 bit-identical results on every rank, clear errors on bad input, the GIL released. Also the
 small helpers that the selector builds on (so that it needs nothing above this module)."""
 
@@ -309,6 +309,60 @@ def _prepare_reduce_scatter(x: Any, op: str, counts: Sequence[int] | None, algor
         if not array.dtype.isnative:
             array = native_copy(array)
     return array, name, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce
+
+
+def reduce(
+    x: np.ndarray, root: int = 0, op: str = "sum", *, out: np.ndarray | None = None,
+    algorithm: str = "auto", process_set: ProcessSet | None = None,
+) -> np.ndarray | None:
+    """The element-wise reduction of ``x`` over all ranks, on ``root``; None on the others.
+
+    Every rank passes ``x`` of the same shape and dtype; ``x`` is not changed. ``op`` as in
+    ``allreduce``. On ``root`` the result is a new array, or ``out`` (x's dtype and shape,
+    writeable; ``out=x`` is fine); the other ranks ignore ``out``. ``algorithm`` is "auto" (the
+    cost model's cheapest for this size and placement) or one of
+    ``ringlet.algorithms("reduce")``: "binomial" (short messages), "k_chain" (⌈√(N-1)⌉ chains
+    feeding the root), "reduce_scatter_gather" (Rabenseifner's, long messages) or "mpi"
+    (MPI_Reduce). With ``process_set``, over its members; ``root`` is still a rank of
+    ringlet's communicator, and must be a member.
+    """
+    where = place(process_set)
+    with refused_together("reduce", process_set=where.id):
+        x = as_array(x, "reduce")
+        name = dtype_name(x.dtype)
+        check_op(op)
+        check_algorithm(algorithm, "reduce")
+        _core.check_algorithm("reduce", algorithm, name, op)
+        local_root = _check_root(root, where)
+        if out is not None and where.rank == local_root:
+            _check_reduce_out(x, out)
+        array = np.ascontiguousarray(x)
+        if not array.dtype.isnative:
+            array = native_copy(array)
+    raw = _core.reduce(array, name, op, local_root, algorithm, where.id)
+    if raw is None:
+        return None
+    result = raw.view(array.dtype).reshape(array.shape)
+    if out is None:
+        return result
+    np.copyto(out, result)
+    return out
+
+
+def _check_reduce_out(x: np.ndarray, out: Any) -> None:
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.dtype != x.dtype or out.shape != x.shape:
+        raise ValueError(
+            f"out must have x's dtype and shape ({x.dtype}{list(x.shape)}), "
+            f"got {out.dtype}{list(out.shape)}"
+        )
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
 
 
 # ---------------------------------------------------------------------------------------------

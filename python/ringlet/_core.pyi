@@ -46,6 +46,7 @@ __all__ = [
     "nodes",
     "ops",
     "process_sets",
+    "reduce",
     "reduce_scatter",
     "reduce_scatter_async",
     "refuse",
@@ -53,6 +54,7 @@ __all__ = [
     "remove_process_set",
     "reset_stats",
     "set_auto_table",
+    "set_model",
     "set_stats_enabled",
     "set_thread_key",
     "settings",
@@ -140,6 +142,22 @@ def reduce_scatter(
     algorithm: str,
     process_set: int = 0,
 ) -> npt.NDArray[np.uint8]: ...
+def reduce(
+    array: npt.NDArray[Any],
+    dtype: str,
+    op: str,
+    root: int,
+    algorithm: str,
+    process_set: int = 0,
+) -> npt.NDArray[np.uint8] | None: ...
+def set_model(
+    alpha: float,
+    beta: float,
+    alpha_across: float,
+    beta_across: float,
+    gamma: float,
+    gamma_of: list[tuple[str, float]],
+) -> None: ...
 def refuse(collective: str, reason: str, process_set: int = 0) -> None: ...
 def allreduce_group_async(
     arrays: list[npt.NDArray[Any]],

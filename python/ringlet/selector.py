@@ -167,16 +167,16 @@ def layout(size: int, process_set: int = 0) -> list[int]:
 
 
 def model_seconds(algorithm: str, nbytes: int, size: int, dtype: str, params: Parameters,
-                  nodes: list[int] | None = None) -> float:
-    """The Hockney-model time of one allreduce of ``nbytes`` on ``size`` ranks placed on
-    ``nodes`` (default: :func:`layout`), from the algorithm's own cost declaration: alpha and
-    beta inside a node for what stays inside, ``alpha_across`` and ``beta_across`` for what
-    crosses the busiest node's link."""
+                  nodes: list[int] | None = None, collective: str = "allreduce") -> float:
+    """The Hockney-model time of one ``collective`` (an allreduce by default) of ``nbytes`` on
+    ``size`` ranks placed on ``nodes`` (default: :func:`layout`), from the algorithm's own cost
+    declaration: alpha and beta inside a node for what stays inside, ``alpha_across`` and
+    ``beta_across`` for what crosses the busiest node's link."""
     if size <= 1:
         return 0.0
     nodes = layout(size) if nodes is None else nodes
     messages, sent, reduced, messages_across, sent_across = _core.algorithm_cost(
-        "allreduce", algorithm, nodes, int(nbytes))
+        collective, algorithm, nodes, int(nbytes))
     return (params.alpha * messages + params.beta * sent + params.gamma_of(dtype) * reduced
             + params.alpha_across * messages_across + params.beta_across * sent_across)
 
@@ -375,6 +375,9 @@ def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
     _params, _table, _table_size = params, build_table(size, params), size
+    # The collectives that choose in the core (reduce, ...) price their algorithms with these.
+    _core.set_model(params.alpha, params.beta, params.alpha_across, params.beta_across,
+                    DEFAULT_GAMMA, sorted(params.gamma.items()))
     tries = alternatives(_table, size, params)
     _core.set_auto_table([
         (dtype, op, limit, name, tries[dtype, op][i])

@@ -312,6 +312,58 @@ fn reduce_scatter<'py>(
     bytes_array(py, block.storage, block.bytes)
 }
 
+/// The reduction of `array` over all ranks, on `root` (as the bytes of a uint8 array); None on
+/// the other ranks.
+#[pyfunction]
+#[pyo3(signature = (array, dtype, op, root, algorithm, process_set = 0))]
+fn reduce<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyUntypedArray>,
+    dtype: &str,
+    op: &str,
+    root: usize,
+    algorithm: &str,
+    process_set: SetId,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
+    // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
+    let input = unsafe { readable_bytes(array, "reduce")? };
+    let shape = array.shape();
+    let reduced = detached(py, || {
+        runtime::reduce::reduce(input, dtype, op, shape, root, algorithm, process_set)
+    })?;
+    reduced
+        .map(|block| bytes_array(py, block.storage, block.bytes))
+        .transpose()
+}
+
+/// Install the cost model's parameters that `auto` uses in the collectives that choose in the
+/// core: alpha and beta inside a node and across nodes, gamma by default and per dtype.
+#[pyfunction]
+#[pyo3(signature = (alpha, beta, alpha_across, beta_across, gamma, gamma_of))]
+fn set_model(
+    alpha: f64,
+    beta: f64,
+    alpha_across: f64,
+    beta_across: f64,
+    gamma: f64,
+    gamma_of: Vec<(String, f64)>,
+) -> PyResult<()> {
+    let mut per_dtype = Vec::with_capacity(gamma_of.len());
+    for (name, g) in gamma_of {
+        per_dtype.push((DType::from_name(&name)?, g));
+    }
+    let model = auto::Model {
+        alpha,
+        beta,
+        alpha_across,
+        beta_across,
+        gamma,
+        gamma_of: per_dtype,
+    };
+    Ok(auto::set_model(model)?)
+}
+
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
 /// raise too (naming `reason`) instead of waiting; the caller then raises its own error.
 #[pyfunction]
@@ -570,8 +622,9 @@ mod _core {
         algorithm_support, algorithm_unavailable, algorithms, allgather, allreduce, allreduce_fast,
         alltoall, auto_choice, auto_refinements, barrier, broadcast, check_algorithm,
         clear_auto_table, dtypes, finalize, group, init, is_initialized, join, kernel_level,
-        measure_combine, measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce_scatter,
-        refuse, remove_process_set, reset_stats, set_auto_table, set_stats_enabled, set_thread_key,
-        settings, shared_empty, shared_memory, shutdown, stats, wait_policy, SharedBuffer,
+        measure_combine, measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce,
+        reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table, set_model,
+        set_stats_enabled, set_thread_key, settings, shared_empty, shared_memory, shutdown, stats,
+        wait_policy, SharedBuffer,
     };
 }

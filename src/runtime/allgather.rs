@@ -3,11 +3,11 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
+use super::choose;
 use super::communicator::Communicator;
-use super::pick;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
-use crate::schedules::{Allgather, ALLGATHER};
+use crate::schedules::{self, Allgather, ALLGATHER};
 use crate::worker::{self, Queued};
 use std::any::Any;
 
@@ -72,22 +72,36 @@ pub fn allgather_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<Gathered> {
-    let chosen = pick(ALLGATHER, algorithm).and_then(|schedule| {
+    // "auto" chooses once the sizes are known (after the row counts are exchanged): the same
+    // totals on every rank, so the same choice.
+    let named = match algorithm {
+        "auto" => Ok(None),
+        name => schedules::find(ALLGATHER, name).map(Some),
+    };
+    let chosen = named.and_then(|schedule| {
         check_rows(input, itemsize, shape)?;
         Ok(schedule)
     });
     let call = Call {
         element: Element::Named(dtype),
         shape: Shape::Rows(shape),
-        algorithm: chosen.as_ref().map_or("-", |s| s.name()),
+        algorithm: match &chosen {
+            Ok(Some(schedule)) => schedule.name(),
+            Ok(None) => "auto",
+            Err(_) => "-",
+        },
         ..Call::new(Kind::Allgather, thread)
     };
-    let schedule = match chosen {
-        Ok(schedule) => schedule,
+    let named = match chosen {
+        Ok(named) => named,
         Err(error) => return comm.refuse(&call, error),
     };
     comm.begin(&call, None)?;
-    let counts = row_counts(comm, schedule, shape[0])?;
+    let by_size = |bytes: usize| match named {
+        Some(schedule) => Ok(schedule),
+        None => choose(ALLGATHER, "auto", comm, bytes, None),
+    };
+    let counts = row_counts(comm, by_size(8 * comm.size())?, shape[0])?;
     let row_bytes = itemsize * shape[1..].iter().product::<usize>();
     let mut blocks = Vec::with_capacity(counts.len());
     let mut start = 0;
@@ -98,7 +112,7 @@ pub fn allgather_on(
     let mut storage = vec![0u64; start.div_ceil(8)];
     let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut storage)[..start];
     bytes[blocks[comm.rank()].clone()].copy_from_slice(input);
-    schedule.run(comm.transport(), bytes, &blocks)?;
+    by_size(start)?.run(comm.transport(), bytes, &blocks)?;
     Ok(Gathered {
         storage,
         bytes: start,

@@ -2,8 +2,8 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
+use super::choose;
 use super::communicator::Communicator;
-use super::pick;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::BROADCAST;
@@ -66,7 +66,7 @@ pub fn broadcast_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<()> {
-    let chosen = pick(BROADCAST, algorithm).and_then(|schedule| {
+    let chosen = choose(BROADCAST, algorithm, comm, array.bytes.len(), None).and_then(|schedule| {
         if root >= comm.size() {
             return Err(CoreError::InvalidArgument(format!(
                 "root {root} is outside the {} ranks (0..{})",

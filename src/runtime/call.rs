@@ -13,6 +13,7 @@ pub enum Kind {
     ReduceScatter,
     Alltoall,
     Barrier,
+    Reduce,
     /// A rank with no more collectives to make (see [`super::join`]).
     Join,
     /// An array in shared memory (see [`super::shared`]).
@@ -20,7 +21,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Allreduce,
         Kind::Broadcast,
         Kind::Allgather,
@@ -29,6 +30,7 @@ impl Kind {
         Kind::Barrier,
         Kind::Join,
         Kind::Allocate,
+        Kind::Reduce,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Kind {
             Kind::Barrier => "barrier",
             Kind::Join => "join",
             Kind::Allocate => "allocate",
+            Kind::Reduce => "reduce",
         }
     }
 

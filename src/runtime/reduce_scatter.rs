@@ -4,8 +4,8 @@
 use super::allreduce::check_array;
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
+use super::choose;
 use super::communicator::Communicator;
-use super::pick;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -79,7 +79,14 @@ pub fn reduce_scatter_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<Block> {
-    let chosen = pick(REDUCE_SCATTER, algorithm).and_then(|schedule| {
+    let chosen = choose(
+        REDUCE_SCATTER,
+        algorithm,
+        comm,
+        input.len(),
+        Some((dtype, op)),
+    )
+    .and_then(|schedule| {
         schedules::check_support(REDUCE_SCATTER, schedule, dtype, op)?;
         check_array(input, dtype, shape)?;
         check_counts(shape, counts, comm.size())?;

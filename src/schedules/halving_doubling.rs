@@ -102,9 +102,6 @@ impl Algorithm for HalvingDoubling {
 }
 
 impl Allreduce for HalvingDoubling {
-    /// Scaling: a rank's own data is fresh until it first combines (the fold, or core step 0);
-    /// the partner's data at step 0 is fresh unless the partner absorbed a folded rank; the last
-    /// halving step finishes the block the rank keeps.
     fn run(
         &self,
         transport: &dyn Transport,
@@ -112,69 +109,14 @@ impl Allreduce for HalvingDoubling {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let (n, rank) = (transport.size(), transport.rank());
-        let elem = reduction.elem_size();
-        let len = buf.len();
-        let pof2 = largest_power_of_two(n);
-        let blocks = Blocks::new(len / elem, pof2, elem);
-        // The first halving step receives the larger half (the lower blocks hold the extra
-        // elements); the fold's halves are no larger.
-        let mut scratch = Scratch::new(blocks.span(0..pof2 / 2).len());
-        let absorbed = |real: usize| matches!(Role::of(real, n), Role::Core { absorbs: Some(_), .. });
-
-        match Role::of(rank, n) {
-            Role::Folded { partner } => {
-                for half in fold_halves(len, elem) {
-                    let pieces = buf.get(half)?;
-                    transport.isend_pieces(&pieces, partner)?.wait()?;
-                }
-                receive_all(transport, buf, partner)
-            }
-            Role::Core { core_rank, absorbs } => {
-                if let Some(folded) = absorbs {
-                    let scaling = reduction.scaling(true, true, false);
-                    for half in fold_halves(len, elem) {
-                        let incoming = scratch.bytes(half.len())?;
-                        let cuts = buf.cuts(half.clone())?;
-                        let destination = Destination::Cut { buf: &mut *incoming, cuts };
-                        transport.irecv_to(destination, folded)?.wait()?;
-                        let mut target = buf.get_mut(half)?;
-                        reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
-                    }
-                }
-                let steps = log2_floor(pof2);
-                let mut held = 0..pof2; // block indices this rank is responsible for
-                let mut exchanges = Vec::new(); // (partner, kept, given) per halving step
-
-                for step in 0..steps {
-                    let mask = 1 << step;
-                    let partner = real_rank(core_rank ^ mask, n);
-                    let mid = held.start + (held.end - held.start) / 2;
-                    let (kept, given) = if core_rank & mask == 0 {
-                        (held.start..mid, mid..held.end)
-                    } else {
-                        (mid..held.end, held.start..mid)
-                    };
-                    let (send, recv) = (blocks.span(given.clone()), blocks.span(kept.clone()));
-                    let incoming = scratch.bytes(recv.len())?;
-                    send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?;
-                    let scaling = reduction.scaling(
-                        step == 0 && absorbs.is_none(),
-                        step == 0 && !absorbed(partner),
-                        step + 1 == steps,
-                    );
-                    let mut target = buf.get_mut(recv)?;
-                    reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
-                    exchanges.push((partner, kept.clone(), given));
-                    held = kept;
-                }
-                drop(scratch);
-
+        let blocks = Blocks::new(buf.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
+        match halve(transport, buf, reduction, &blocks)? {
+            Halved::Folded { partner } => receive_all(transport, buf, partner),
+            Halved::Core { absorbs, exchanges, .. } => {
                 // Undo the halvings in reverse: give what we finished, take what the partner did.
-                for (partner, kept, given) in exchanges.into_iter().rev() {
-                    swap(transport, buf, blocks.span(kept), partner, blocks.span(given), partner)?;
+                for step in exchanges.into_iter().rev() {
+                    swap(transport, buf, blocks.span(step.kept), step.partner, blocks.span(step.given), step.partner)?;
                 }
-
                 if let Some(folded) = absorbs {
                     send_all(transport, buf, folded)?;
                 }
@@ -182,4 +124,102 @@ impl Allreduce for HalvingDoubling {
             }
         }
     }
+}
+
+/// One halving step of a core rank: the partner, the blocks it kept and those it gave.
+pub(crate) struct Exchange {
+    pub partner: usize,
+    pub kept: Range<usize>,
+    pub given: Range<usize>,
+}
+
+/// What the reduce-scatter half of the algorithm left a rank with.
+pub(crate) enum Halved {
+    /// An even rank below 2r: it handed its vector to `partner`, which reduced it.
+    Folded { partner: usize },
+    /// A rank of the power-of-two core: after `exchanges` (in step order, step i over
+    /// partner `core_rank ^ 2^i`) it holds the finished blocks of the last one's `kept`.
+    Core {
+        core_rank: usize,
+        absorbs: Option<usize>,
+        exchanges: Vec<Exchange>,
+    },
+}
+
+/// The fold and the recursive halving over `blocks` (p' of them): the reduce-scatter that
+/// Rabenseifner's allreduce and reduce begin with.
+///
+/// Scaling: a rank's own data is fresh until it first combines (the fold, or core step 0); the
+/// partner's data at step 0 is fresh unless the partner absorbed a folded rank; the last
+/// halving step finishes the block the rank keeps.
+pub(crate) fn halve(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    reduction: &Reduction,
+    blocks: &Blocks,
+) -> Result<Halved> {
+    let (n, rank) = (transport.size(), transport.rank());
+    let elem = reduction.elem_size();
+    let len = buf.len();
+    let pof2 = largest_power_of_two(n);
+    // The first halving step receives the larger half (the lower blocks hold the extra
+    // elements); the fold's halves are no larger.
+    let mut scratch = Scratch::new(blocks.span(0..pof2 / 2).len());
+    let absorbed = |real: usize| matches!(Role::of(real, n), Role::Core { absorbs: Some(_), .. });
+
+    let (core_rank, absorbs) = match Role::of(rank, n) {
+        Role::Folded { partner } => {
+            for half in fold_halves(len, elem) {
+                let pieces = buf.get(half)?;
+                transport.isend_pieces(&pieces, partner)?.wait()?;
+            }
+            return Ok(Halved::Folded { partner });
+        }
+        Role::Core { core_rank, absorbs } => (core_rank, absorbs),
+    };
+    if let Some(folded) = absorbs {
+        let scaling = reduction.scaling(true, true, false);
+        for half in fold_halves(len, elem) {
+            let incoming = scratch.bytes(half.len())?;
+            let cuts = buf.cuts(half.clone())?;
+            let destination = Destination::Cut { buf: &mut *incoming, cuts };
+            transport.irecv_to(destination, folded)?.wait()?;
+            let mut target = buf.get_mut(half)?;
+            reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
+        }
+    }
+    let steps = log2_floor(pof2);
+    let mut held = 0..pof2; // block indices this rank is responsible for
+    let mut exchanges = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let mask = 1 << step;
+        let partner = real_rank(core_rank ^ mask, n);
+        let mid = held.start + (held.end - held.start) / 2;
+        let (kept, given) = if core_rank & mask == 0 {
+            (held.start..mid, mid..held.end)
+        } else {
+            (mid..held.end, held.start..mid)
+        };
+        let (send, recv) = (blocks.span(given.clone()), blocks.span(kept.clone()));
+        let incoming = scratch.bytes(recv.len())?;
+        send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?;
+        let scaling = reduction.scaling(
+            step == 0 && absorbs.is_none(),
+            step == 0 && !absorbed(partner),
+            step + 1 == steps,
+        );
+        let mut target = buf.get_mut(recv)?;
+        reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
+        exchanges.push(Exchange {
+            partner,
+            kept: kept.clone(),
+            given,
+        });
+        held = kept;
+    }
+    Ok(Halved::Core {
+        core_rank,
+        absorbs,
+        exchanges,
+    })
 }

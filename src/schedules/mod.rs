@@ -49,6 +49,17 @@ registry!(
     /// Broadcast algorithms.
     BROADCAST: Broadcast = [
         binomial::Binomial,
+        scatter_allgather::ScatterAllgather,
+    ]
+);
+
+registry!(
+    /// Reduce algorithms (the combination lands on one rank).
+    REDUCE: Reduce = [
+        binomial_reduce::BinomialReduce,
+        k_chain::KChain,
+        reduce_scatter_gather::ReduceScatterGather,
+        mpi_reduce::MpiReduce,
     ]
 );
 
@@ -56,6 +67,7 @@ registry!(
     /// Allgather algorithms (blocks of any size per rank).
     ALLGATHER: Allgather = [
         ring_allgather::RingAllgather,
+        doubling_allgather::DoublingAllgather,
     ]
 );
 
@@ -325,6 +337,19 @@ pub trait Allreduce: Algorithm {
 pub trait Broadcast: Algorithm {
     /// Copy `root`'s `buf` into every other rank's.
     fn run(&self, transport: &dyn Transport, buf: &mut [u8], root: usize) -> Result<()>;
+}
+
+pub trait Reduce: Algorithm {
+    /// Combine every rank's `buf` into `root`'s (`root` < the transport's size, checked by
+    /// the caller). On return `root`'s `buf` holds the combination of all ranks' inputs; the
+    /// other ranks' `buf` is scratch the schedule may have overwritten.
+    fn run(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut [u8],
+        root: usize,
+        reduction: &Reduction,
+    ) -> Result<()>;
 }
 
 pub trait Allgather: Algorithm {

@@ -24,13 +24,7 @@ impl Algorithm for Mpi {
     }
 
     fn support(&self, dtype: DType, op: ReduceOp) -> Support {
-        match (dtype, op.combining()) {
-            (DType::F16 | DType::BF16, _) => Support::No("MPI has no 16-bit float type"),
-            (DType::F32 | DType::F64, ReduceOp::Min | ReduceOp::Max) => Support::OwnArithmetic(
-                "MPI_MIN and MPI_MAX do not propagate NaN the way ringlet's kernels do",
-            ),
-            _ => Support::Full,
-        }
+        support(dtype, op)
     }
 
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
@@ -50,37 +44,9 @@ impl Allreduce for Mpi {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let mpi = transport
-            .as_any()
-            .downcast_ref::<MpiTransport>()
-            .ok_or_else(|| {
-                CoreError::InvalidArgument(
-                    "algorithm \"mpi\" needs an MPI communicator, not this transport".into(),
-                )
-            })?;
-        let (dtype, op) = (reduction.dtype, reduction.op);
-        // SAFETY: reading MPI's predefined handles, which are constants after initialization.
-        let (datatype, mpi_op) = unsafe {
-            let datatype = match dtype {
-                DType::F32 => ffi::RSMPI_FLOAT,
-                DType::F64 => ffi::RSMPI_DOUBLE,
-                DType::I32 => ffi::RSMPI_INT32_T,
-                DType::I64 => ffi::RSMPI_INT64_T,
-                DType::F16 | DType::BF16 => {
-                    return Err(CoreError::InvalidArgument(format!(
-                        "algorithm \"mpi\" cannot reduce {}",
-                        dtype.name()
-                    )))
-                }
-            };
-            let mpi_op = match op.combining() {
-                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-                ReduceOp::Prod => ffi::RSMPI_PROD,
-                ReduceOp::Min => ffi::RSMPI_MIN,
-                ReduceOp::Max => ffi::RSMPI_MAX,
-            };
-            (datatype, mpi_op)
-        };
+        let mpi = library(transport, self.name())?;
+        let (datatype, mpi_op) = handles(reduction.dtype, reduction.op, self.name())?;
+        let dtype = reduction.dtype;
         let comm = mpi.raw()?;
         let elem = dtype.size();
         // One MPI_Allreduce per part: MPI's own algorithm cannot span separate buffers.
@@ -107,5 +73,58 @@ impl Allreduce for Mpi {
             }
         }
         Ok(())
+    }
+}
+
+/// What MPI's own reductions can do the way ringlet's kernels do.
+pub(super) fn support(dtype: DType, op: ReduceOp) -> Support {
+    match (dtype, op.combining()) {
+        (DType::F16 | DType::BF16, _) => Support::No("MPI has no 16-bit float type"),
+        (DType::F32 | DType::F64, ReduceOp::Min | ReduceOp::Max) => Support::OwnArithmetic(
+            "MPI_MIN and MPI_MAX do not propagate NaN the way ringlet's kernels do",
+        ),
+        _ => Support::Full,
+    }
+}
+
+/// The MPI transport under `transport`, for algorithm `name`, which calls the library.
+pub(super) fn library<'t>(transport: &'t dyn Transport, name: &str) -> Result<&'t MpiTransport> {
+    transport
+        .as_any()
+        .downcast_ref::<MpiTransport>()
+        .ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "algorithm {name:?} needs an MPI communicator, not this transport"
+            ))
+        })
+}
+
+/// MPI's datatype and op for `dtype` and `op` (avg sums; the caller divides).
+pub(super) fn handles(
+    dtype: DType,
+    op: ReduceOp,
+    name: &str,
+) -> Result<(ffi::MPI_Datatype, ffi::MPI_Op)> {
+    // SAFETY: reading MPI's predefined handles, which are constants after initialization.
+    unsafe {
+        let datatype = match dtype {
+            DType::F32 => ffi::RSMPI_FLOAT,
+            DType::F64 => ffi::RSMPI_DOUBLE,
+            DType::I32 => ffi::RSMPI_INT32_T,
+            DType::I64 => ffi::RSMPI_INT64_T,
+            DType::F16 | DType::BF16 => {
+                return Err(CoreError::InvalidArgument(format!(
+                    "algorithm {name:?} cannot reduce {}",
+                    dtype.name()
+                )))
+            }
+        };
+        let mpi_op = match op.combining() {
+            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+            ReduceOp::Prod => ffi::RSMPI_PROD,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+        };
+        Ok((datatype, mpi_op))
     }
 }

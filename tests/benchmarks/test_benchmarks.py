@@ -74,3 +74,16 @@ def test_block_pieces_bench_checks_every_way_and_reports_it():
     ways = ["contiguous (reference)", "one message per piece", "hindexed, built per call",
             "hindexed, cached", "pack + unpack"]
     assert rows == ways * 2  # two lists of arrays
+
+
+def test_reduce_bench_times_every_algorithm_and_prints_the_models_prediction():
+    job = mpirun("benchmarks/reduce_bench.py", "--sizes", "8,64K", "--rounds", "2",
+                 "--warmup", "1", "--markdown")
+    assert job.returncode == 0, job.stdout + job.stderr  # 1: a wrong result on the root
+    rows = [line.split("|")[1:-1] for line in job.stdout.splitlines()
+            if line.startswith("| ") and " us " in line]
+    names = {row[1].strip() for row in rows}
+    assert names == {"binomial", "k_chain", "reduce_scatter_gather", "mpi", "auto", "native"}
+    assert len(rows) == 2 * len(names)
+    predicted = [row for row in rows if row[1].strip() not in ("auto", "native")]
+    assert all(row[3].strip().endswith("us") for row in predicted)

@@ -1,5 +1,6 @@
-"""broadcast, allgather, reduce_scatter and their object forms (under mpirun): results against
-NumPy, bit-identical on every rank, inputs untouched, and clear errors on bad input."""
+"""broadcast, allgather, reduce_scatter and their object forms (under mpirun; reduce has its
+own file): results against NumPy, bit-identical on every rank, inputs untouched, and clear
+errors on bad input."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ def movable_input(seed: int, rank: int, shape: tuple[int, ...], dtype: str) -> n
     return values.astype(np_dtype(dtype) if dtype in ALL_DTYPES else np.dtype(dtype))
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "binomial", "scatter_allgather"])
 @pytest.mark.parametrize("dtype", MOVABLE)
-def test_broadcast_gives_every_rank_the_roots_array(comm, rank, size, dtype):
+def test_broadcast_gives_every_rank_the_roots_array(comm, rank, size, dtype, algorithm):
+    assert set(ringlet.algorithms("broadcast")) == {"binomial", "scatter_allgather"}
     for root in sorted({0, size // 2, size - 1}):
         x = movable_input(1, rank, (5, 3), dtype)
         before = x.copy()
-        result = ringlet.broadcast(x, root)
+        result = ringlet.broadcast(x, root, algorithm=algorithm)
         expected = movable_input(1, root, (5, 3), dtype)
         assert result.dtype == expected.dtype.newbyteorder("=") and result.shape == (5, 3)
         assert np.array_equal(result, expected)
@@ -51,6 +54,20 @@ def test_structured_dtypes_move_as_they_are(rank, size):
     assert list(result["tag"]) == [b"r%d" % root] * 3
     gathered = ringlet.allgather(x)
     assert list(gathered["id"]) == [r for r in range(size) for _ in range(3)]
+
+
+def test_long_broadcasts_and_allgathers_of_every_algorithm(rank, size):
+    """A few MiB, where auto prefers the bandwidth-bound algorithms, and uneven block sizes."""
+    x = np.arange(1 << 20, dtype=np.float32) + rank
+    for algorithm in ("auto", "binomial", "scatter_allgather"):
+        root = (size - 1) // 2
+        assert np.array_equal(ringlet.broadcast(x, root, algorithm=algorithm),
+                              np.arange(1 << 20, dtype=np.float32) + root), algorithm
+    rows = np.full((1000 * (rank + 1) + 7, 3), rank, dtype=np.int16)
+    expected = np.concatenate([np.full((1000 * (r + 1) + 7, 3), r, dtype=np.int16)
+                               for r in range(size)])
+    for algorithm in ("auto", "ring", "recursive_doubling"):
+        assert np.array_equal(ringlet.allgather(rows, algorithm=algorithm), expected), algorithm
 
 
 def test_broadcast_in_place_into_out_and_of_views(rank, size):
@@ -76,12 +93,14 @@ def test_broadcast_async_runs_in_order_and_returns_the_result(rank, size):
     assert np.all(total.wait() == size)
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
 @pytest.mark.parametrize("dtype", MOVABLE)
-def test_allgather_concatenates_in_rank_order(comm, rank, size, dtype):
+def test_allgather_concatenates_in_rank_order(comm, rank, size, dtype, algorithm):
+    assert set(ringlet.algorithms("allgather")) == {"ring", "recursive_doubling"}
     # Rank r contributes r + 1 rows (the first dimension may differ).
     x = movable_input(2, rank, (rank + 1, 2, 3), dtype)
     x.flags.writeable = False  # allgather only reads
-    result = ringlet.allgather(x)
+    result = ringlet.allgather(x, algorithm=algorithm)
     expected = np.concatenate([movable_input(2, r, (r + 1, 2, 3), dtype) for r in range(size)])
     assert result.shape == expected.shape and np.array_equal(result, expected)
     assert same_on_every_rank(comm, result)

@@ -1,0 +1,136 @@
+"""ringlet.reduce: every algorithm and MPI's own, measured against the cost model's prediction.
+
+    mpirun -n N python benchmarks/reduce_bench.py [--sizes 8,1K,64K,1M,16M] [--dtype float32]
+        [--rounds 30] [--time-budget 2] [--markdown]
+
+Per size, the candidates (every reduce algorithm that can run here, "auto", and "native":
+mpi4py's ``comm.Reduce``) are timed round-robin in a new random order each round (the same on
+every rank), each call after a barrier and timed alone; a round's time is the slowest rank's,
+and the table shows the median over the rounds. "model" is the selector's prediction for the
+algorithm (its cost declaration priced with the calibrated alpha, beta and gamma); "model /
+measured" says how far it is off. Every result is checked on the root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from datetime import datetime
+
+import numpy as np
+from mpi4py import MPI  # before ringlet: mpi4py initializes MPI, ringlet then shares it
+
+import ringlet
+from ringlet import selector
+
+MPI_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T,
+             "int64": MPI.INT64_T}
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="8,1K,64K,1M,16M",
+                        help="message sizes in bytes, K/M/G suffixes (comma-separated)")
+    parser.add_argument("--dtype", default="float32", choices=sorted(MPI_TYPES))
+    parser.add_argument("--rounds", type=int, default=30, help="timed rounds per size, at most")
+    parser.add_argument("--time-budget", type=float, default=2.0,
+                        help="seconds per size (fewer rounds if they do not fit)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--markdown", action="store_true")
+    return parser
+
+
+def timed(comm: MPI.Comm, call) -> float:
+    comm.Barrier()
+    started = MPI.Wtime()
+    call()
+    return comm.allreduce(MPI.Wtime() - started, MPI.MAX)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    comm = MPI.COMM_WORLD
+    ringlet.init()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    params = selector.parameters()  # collective: calibrates (or loads the cache) on every rank
+    names = [a for a in ringlet.algorithms("reduce", args.dtype)
+             if ringlet._core.algorithm_unavailable("reduce", a) is None]
+    rows = []
+    rng = np.random.default_rng(7)
+    for nbytes in (parse_size(s) for s in args.sizes.split(",")):
+        count = max(nbytes // np.dtype(args.dtype).itemsize, 1)
+        x = np.full(count, rank + 1, dtype=args.dtype)
+        recv = np.empty_like(x)
+        total = size * (size + 1) // 2
+        candidates = {name: (lambda name=name, x=x: ringlet.reduce(x, 0, algorithm=name))
+                      for name in [*names, "auto"]}
+        candidates["native"] = lambda x=x, recv=recv: comm.Reduce(x, recv, MPI.SUM, root=0)
+        for name, call in candidates.items():  # warm-up, and every result checked
+            for _ in range(args.warmup):
+                result = call()
+            got = recv if name == "native" else result
+            if rank == 0 and not np.all(got == total):
+                print(f"{name}: wrong result at {nbytes} B", file=sys.stderr)
+                return 1
+        seconds: dict[str, list[float]] = {name: [] for name in candidates}
+        spent = 0.0
+        for _ in range(args.rounds):
+            order = list(candidates)
+            rng.shuffle(order)  # the same seed everywhere: the same order on every rank
+            for name in order:
+                seconds[name].append(timed(comm, candidates[name]))
+            spent += sum(seconds[name][-1] for name in order)
+            if comm.bcast(spent > args.time_budget, root=0):
+                break
+        nodes = selector.layout(size)
+        for name, times in seconds.items():
+            measured = float(np.median(times))
+            model = (selector.model_seconds(name, count * x.itemsize, size, args.dtype, params,
+                                            nodes, collective="reduce")
+                     if name in names else float("nan"))
+            rows.append((count * x.itemsize, name, measured, model, len(times)))
+    if rank == 0:
+        report(rows, size, args, params)
+    return 0
+
+
+def human(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def report(rows, size: int, args, params) -> None:
+    print(f"reduce, N={size}, {args.dtype} sum, root 0; {socket.gethostname()}, "
+          f"{datetime.now():%Y-%m-%d %H:%M}; parameters: {params.source}")
+    header = ["size", "algorithm", "measured", "model", "model / measured", "rounds"]
+    lines = []
+    for nbytes, name, measured, model, rounds in rows:
+        ratio = model / measured if model == model and measured > 0 else float("nan")
+        lines.append([human(nbytes), name, f"{measured * 1e6:.1f} us",
+                      "-" if model != model else f"{model * 1e6:.1f} us",
+                      "-" if ratio != ratio else f"{ratio:.2f}", str(rounds)])
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+    else:
+        widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        for line in lines:
+            print("  ".join(v.ljust(w) for v, w in zip(line, widths)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
