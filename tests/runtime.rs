@@ -12,7 +12,7 @@ use _core::runtime::broadcast::{broadcast_on, Array};
 use _core::runtime::communicator::{Communicator, Options, Settings};
 use _core::runtime::grouped_allreduce::{allreduce_group_on, Group};
 use _core::runtime::join::join_on;
-use _core::runtime::reduce::reduce_on;
+use _core::runtime::reduce::{reduce_on, Data};
 use _core::runtime::reduce_scatter::reduce_scatter_on;
 use _core::runtime::stall::{Sink, StallPolicy};
 use _core::transport::local::LocalTransport;
@@ -168,11 +168,27 @@ fn reduce_gives_the_root_the_reference_and_the_others_nothing() {
             let results = on(n, |comm| {
                 let input: Vec<f32> = (0..7).map(|i| (i * 10 + comm.rank()) as f32).collect();
                 let bytes = f32_bytes(&input);
-                let out = reduce_on(comm, &bytes, DType::F32, ReduceOp::Avg, &[7], root, name, 0)
+                let mut out = vec![0u8; bytes.len()];
+                let data = if comm.rank() == root {
+                    Data::Into(&bytes, &mut out)
+                } else {
+                    Data::Read(&bytes)
+                };
+                let at_root = reduce_on(comm, data, DType::F32, ReduceOp::Avg, &[7], root, name, 0)
                     .expect("reduce");
                 assert_eq!(f32_bytes(&input), bytes, "the input is untouched");
-                out.map(|block| {
-                    f32_values(&bytemuck::cast_slice::<u64, u8>(&block.storage)[..block.bytes])
+                // In place on the root: its input becomes the result.
+                let mut mine = bytes.clone();
+                let data = if comm.rank() == root {
+                    Data::InPlace(&mut mine)
+                } else {
+                    Data::Read(&bytes)
+                };
+                reduce_on(comm, data, DType::F32, ReduceOp::Avg, &[7], root, name, 0)
+                    .expect("in place");
+                at_root.then(|| {
+                    assert_eq!(mine, out, "in place and into out agree");
+                    f32_values(&out)
                 })
             });
             for (rank, result) in results.into_iter().enumerate() {
@@ -508,12 +524,24 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
     every_rank_mismatches("reduce root", &["reduce", "root 0", "root 1"], |c, odd| {
         let input = vec![0u8; 8];
         let root = usize::from(odd);
-        reduce_on(c, &input, DType::F32, ReduceOp::Sum, &[2], root, "auto", 0).map(|_| ())
+        let mut out = vec![0u8; 8];
+        let data = if c.rank() == root {
+            Data::Into(&input, &mut out)
+        } else {
+            Data::Read(&input)
+        };
+        reduce_on(c, data, DType::F32, ReduceOp::Sum, &[2], root, "auto", 0).map(|_| ())
     });
     every_rank_mismatches("reduce algorithm", &["k_chain", "binomial"], |c, odd| {
         let input = vec![0u8; 8];
         let name = if odd { "k_chain" } else { "binomial" };
-        reduce_on(c, &input, DType::F32, ReduceOp::Sum, &[2], 0, name, 0).map(|_| ())
+        let mut out = vec![0u8; 8];
+        let data = if c.rank() == 0 {
+            Data::Into(&input, &mut out)
+        } else {
+            Data::Read(&input)
+        };
+        reduce_on(c, data, DType::F32, ReduceOp::Sum, &[2], 0, name, 0).map(|_| ())
     });
     every_rank_mismatches("reduce_scatter counts", &["into rows"], |c, odd| {
         let n = c.size();

@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 
 from . import _core
-from ._arrays import as_array, check_out, fill, native_copy, refused_together
+from ._arrays import (
+    as_array,
+    check_out,
+    fill,
+    native_copy,
+    refused_together,
+    same_memory,
+    why_not_in_place,
+)
 from ._dtypes import check_op, dtype_name, movable_name
 from ._membership import Place, ProcessSet, place
 from ._runtime import init, rank, register_thread, size
@@ -338,18 +346,25 @@ def reduce(
         check_algorithm(algorithm, "reduce")
         _core.check_algorithm("reduce", algorithm, name, op)
         local_root = _check_root(root, where)
-        if out is not None and where.rank == local_root:
+        at_root = where.rank == local_root
+        if out is not None and at_root:
             _check_reduce_out(x, out)
         array = np.ascontiguousarray(x)
         if not array.dtype.isnative:
             array = native_copy(array)
-    raw = _core.reduce(array, name, op, local_root, algorithm, where.id)
-    if raw is None:
+    if not at_root:
+        _core.reduce(array, name, op, local_root, algorithm, None, where.id)
         return None
-    result = raw.view(array.dtype).reshape(array.shape)
-    if out is None:
-        return result
-    np.copyto(out, result)
+    # The root reduces straight into its result: out itself when the core can write it (x too,
+    # in place), else a new array.
+    direct = out is not None and why_not_in_place(out) is None and out.dtype.isnative
+    target = out if direct else np.empty(array.shape, array.dtype)
+    in_place = same_memory(target, array)  # out=x (or a view of all of x): the core's own case
+    _core.reduce(array, name, op, local_root, algorithm, array if in_place else target,
+                 where.id)
+    if out is None or direct:
+        return target
+    np.copyto(out, target)
     return out
 
 
@@ -363,6 +378,8 @@ def _check_reduce_out(x: np.ndarray, out: Any) -> None:
         )
     if not out.flags.writeable:
         raise ValueError("out must be writeable")
+    if not same_memory(out, x) and np.shares_memory(out, x):
+        raise ValueError("out overlaps x without being x; pass out=x or a separate array")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,8 +148,9 @@ def reduce(
     op: str,
     root: int,
     algorithm: str,
+    out: npt.NDArray[Any] | None,
     process_set: int = 0,
-) -> npt.NDArray[np.uint8] | None: ...
+) -> bool: ...
 def set_model(
     alpha: float,
     beta: float,

@@ -10,6 +10,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::runtime;
 use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
+use crate::runtime::reduce::Data;
 use crate::runtime::Tiered;
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
@@ -312,29 +313,43 @@ fn reduce_scatter<'py>(
     bytes_array(py, block.storage, block.bytes)
 }
 
-/// The reduction of `array` over all ranks, on `root` (as the bytes of a uint8 array); None on
-/// the other ranks.
+/// The reduction of `array` over all ranks, into `out` on `root` (a C-contiguous, aligned,
+/// writeable array of `array`'s dtype and size; `array` itself for in place); the other ranks
+/// pass None. True on the root.
 #[pyfunction]
-#[pyo3(signature = (array, dtype, op, root, algorithm, process_set = 0))]
-fn reduce<'py>(
-    py: Python<'py>,
-    array: &Bound<'py, PyUntypedArray>,
+#[pyo3(signature = (array, dtype, op, root, algorithm, out, process_set = 0))]
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    py: Python<'_>,
+    array: &Bound<'_, PyUntypedArray>,
     dtype: &str,
     op: &str,
     root: usize,
     algorithm: &str,
+    out: Option<&Bound<'_, PyUntypedArray>>,
     process_set: SetId,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
+) -> PyResult<bool> {
     let (dtype, op) = (element_type(array, dtype)?, ReduceOp::from_name(op)?);
-    // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
-    let input = unsafe { readable_bytes(array, "reduce")? };
     let shape = array.shape();
-    let reduced = detached(py, || {
-        runtime::reduce::reduce(input, dtype, op, shape, root, algorithm, process_set)
-    })?;
-    reduced
-        .map(|block| bytes_array(py, block.storage, block.bytes))
-        .transpose()
+    let data = match out {
+        Some(out) if out.is(array) => {
+            // SAFETY: `array` is borrowed from the caller for the whole call.
+            Data::InPlace(unsafe { contiguous(array, "reduce")? })
+        }
+        Some(out) => {
+            // SAFETY: both are borrowed from the caller for the whole call; the Python layer
+            // has checked that they do not overlap (out=x comes as the same object, above).
+            let input = unsafe { readable_bytes(array, "reduce")? };
+            // SAFETY: as for `input`.
+            let out = unsafe { contiguous(out, "reduce's out")? };
+            Data::Into(input, out)
+        }
+        // SAFETY: `array` is borrowed from the caller for the whole call, and only read.
+        None => Data::Read(unsafe { readable_bytes(array, "reduce")? }),
+    };
+    detached(py, || {
+        runtime::reduce::reduce(data, dtype, op, shape, root, algorithm, process_set)
+    })
 }
 
 /// Install the cost model's parameters that `auto` uses in the collectives that choose in the

@@ -6,29 +6,49 @@ use super::call::{Call, Element, Kind, Shape};
 use super::choose;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
-use super::reduce_scatter::Block;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Finish};
 use crate::schedules::{self, Reduction, REDUCE};
+use crate::scratch::Scratch;
 use crate::worker;
 
-/// Reduce `input` (an array of `shape`) over all ranks onto `root`, after any queued work:
-/// `Some` of the result there, `None` elsewhere. The input is not changed.
+/// A rank's buffers in a reduce.
+pub enum Data<'a> {
+    /// Its input, read only (a rank other than the root, or a root whose `out` is elsewhere).
+    Read(&'a [u8]),
+    /// The root's input, and where its result goes (the same length, not overlapping).
+    Into(&'a [u8], &'a mut [u8]),
+    /// The root's input, which becomes its result.
+    InPlace(&'a mut [u8]),
+}
+
+impl Data<'_> {
+    fn input(&self) -> &[u8] {
+        match self {
+            Data::Read(input) | Data::Into(input, _) => input,
+            Data::InPlace(buf) => buf,
+        }
+    }
+}
+
+/// Reduce the arrays of `shape` that every rank passes onto `root`, after any queued work:
+/// `Ok(true)` on the root, whose `data` must name where the result goes, `Ok(false)` on the
+/// others. No rank's input changes (except the root's with [`Data::InPlace`]).
 #[allow(clippy::too_many_arguments)]
 pub fn reduce(
-    input: &[u8],
+    data: Data,
     dtype: DType,
     op: ReduceOp,
     shape: &[usize],
     root: usize,
     algorithm: &str,
     set: SetId,
-) -> Result<Option<Block>> {
+) -> Result<bool> {
     let thread = process::caller_thread();
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
-            reduce_on(comm, input, dtype, op, shape, root, algorithm, thread)
+            reduce_on(comm, data, dtype, op, shape, root, algorithm, thread)
         })
     })
 }
@@ -36,33 +56,34 @@ pub fn reduce(
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_on(
     comm: &Communicator,
-    input: &[u8],
+    data: Data,
     dtype: DType,
     op: ReduceOp,
     shape: &[usize],
     root: usize,
     algorithm: &str,
     thread: u64,
-) -> Result<Option<Block>> {
+) -> Result<bool> {
     let ranks = comm.size();
-    let chosen =
-        choose(REDUCE, algorithm, comm, input.len(), Some((dtype, op))).and_then(|schedule| {
-            schedules::check_support(REDUCE, schedule, dtype, op)?;
-            if let Some(reason) = schedule.unavailable(comm.transport()) {
-                return Err(CoreError::InvalidArgument(format!(
-                    "reduce algorithm {:?} cannot run here: {reason}",
-                    schedule.name()
-                )));
-            }
-            check_array(input, dtype, shape)?;
-            if root >= ranks {
-                return Err(CoreError::InvalidArgument(format!(
-                    "root {root} is outside the {ranks} ranks (0..{})",
-                    ranks - 1
-                )));
-            }
-            Ok(schedule)
-        });
+    let len = data.input().len();
+    let chosen = choose(REDUCE, algorithm, comm, len, Some((dtype, op))).and_then(|schedule| {
+        schedules::check_support(REDUCE, schedule, dtype, op)?;
+        if let Some(reason) = schedule.unavailable(comm.transport()) {
+            return Err(CoreError::InvalidArgument(format!(
+                "reduce algorithm {:?} cannot run here: {reason}",
+                schedule.name()
+            )));
+        }
+        check_array(data.input(), dtype, shape)?;
+        if root >= ranks {
+            return Err(CoreError::InvalidArgument(format!(
+                "root {root} is outside the {ranks} ranks (0..{})",
+                ranks - 1
+            )));
+        }
+        check_target(&data, comm.rank() == root)?;
+        Ok(schedule)
+    });
     let call = Call {
         element: Element::Typed(dtype),
         op: Some(op),
@@ -76,29 +97,51 @@ pub fn reduce_on(
         Err(error) => return comm.refuse(&call, error),
     };
     comm.begin(&call, None)?;
-    // The schedule works on a copy (8-byte aligned for every dtype): the input stays as it was.
-    let mut storage = vec![0u64; input.len().div_ceil(8)];
-    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut storage)[..input.len()];
-    bytes.copy_from_slice(input);
+    let reduction = Reduction {
+        ranks,
+        ..Reduction::plain(dtype, op)
+    };
+    // The schedule combines into its buffer: the root's output, else a pooled scratch copy
+    // (warm pages, not a fresh allocation per call).
+    let mut scratch;
+    let (work, at_root): (&mut [u8], bool) = match data {
+        Data::InPlace(buf) => (buf, true),
+        Data::Into(input, out) => {
+            out.copy_from_slice(input);
+            (out, true)
+        }
+        Data::Read(input) => {
+            scratch = Scratch::new(len);
+            let work = scratch.bytes(len)?;
+            work.copy_from_slice(input);
+            (work, false)
+        }
+    };
     if ranks > 1 {
-        let reduction = Reduction {
-            ranks,
-            ..Reduction::plain(dtype, op)
-        };
-        schedule.run(comm.transport(), bytes, root, &reduction)?;
+        schedule.run(comm.transport(), work, root, &reduction)?;
     }
-    if comm.rank() != root {
-        return Ok(None);
-    }
-    if op == ReduceOp::Avg && ranks > 1 {
+    if at_root && op == ReduceOp::Avg && ranks > 1 {
         let finish = Finish {
             divide_by: ranks,
             multiply: 1.0,
         };
-        kernels::finish(dtype, bytes, finish)?;
+        kernels::finish(dtype, work, finish)?;
     }
-    Ok(Some(Block {
-        storage,
-        bytes: input.len(),
-    }))
+    Ok(at_root)
+}
+
+fn check_target(data: &Data, at_root: bool) -> Result<()> {
+    match data {
+        Data::Read(_) if at_root => Err(CoreError::InvalidArgument(
+            "internal: the root of a reduce needs somewhere to put the result".into(),
+        )),
+        Data::Into(input, out) if out.len() != input.len() => {
+            Err(CoreError::InvalidArgument(format!(
+                "the output of a reduce must have the input's {} bytes, got {}",
+                input.len(),
+                out.len()
+            )))
+        }
+        _ => Ok(()),
+    }
 }

@@ -68,6 +68,27 @@ def test_out_on_the_root_and_in_place(rank, size):
         assert np.all(x == rank + 1)
 
 
+def test_out_that_the_core_cannot_write_directly(rank, size):
+    x = np.arange(12, dtype=np.int32).reshape(3, 4) * (rank + 1)
+    total = size * (size + 1) // 2
+    # A strided out (the root reduces into a new array and copies), and a view of all of x
+    # (in place).
+    strided = np.zeros((3, 8), dtype=np.int32)[:, ::2]
+    result = ringlet.reduce(x, 0, out=strided)
+    if rank == 0:
+        assert result is strided
+        assert np.array_equal(strided, np.arange(12).reshape(3, 4) * total)
+    mine = x.copy()
+    result = ringlet.reduce(mine, 0, out=mine[...])
+    if rank == 0:
+        assert np.array_equal(mine, np.arange(12).reshape(3, 4) * total)
+    else:
+        assert result is None and np.array_equal(mine, x)
+    with pytest.raises((ValueError, ringlet.MismatchError), match=r"overlaps|refused"):
+        ringlet.reduce(mine, 0, out=mine[::-1])
+    assert ringlet.allreduce(np.ones(1), "sum")[0] == size
+
+
 def test_non_contiguous_and_foreign_byte_order_inputs(rank, size):
     base = np.arange(24, dtype=">f8").reshape(4, 6) + rank
     view = base[:, ::2]
