@@ -7,6 +7,7 @@
 //! - [`runtime`]: one function per collective (validate, agree, run, record), the
 //!   communicator's state, MPI initialization; [`worker`]: the background thread that runs
 //!   queued collectives in order; [`auto`]: the decision table behind `algorithm="auto"`.
+//! - [`simulate`]: the schedules' own code on virtual ranks, timed on a network model.
 //! - `bindings`: the thin pyo3 module `ringlet._core`.
 
 pub mod auto;
@@ -17,6 +18,7 @@ pub mod probe;
 pub mod runtime;
 pub mod schedules;
 pub mod scratch;
+pub mod simulate;
 pub mod stats;
 pub mod transport;
 pub mod worker;

@@ -61,6 +61,8 @@ __all__ = [
     "shared_empty",
     "shared_memory",
     "shutdown",
+    "simulate",
+    "simulated_algorithms",
     "stats",
     "wait_policy",
 ]
@@ -159,6 +161,18 @@ def set_model(
     gamma: float,
     gamma_of: list[tuple[str, float]],
 ) -> None: ...
+def simulate(
+    collective: str,
+    algorithm: str,
+    labels: list[int],
+    nbytes: int,
+    intra: tuple[float, float],
+    inter: tuple[float, float],
+    gamma: float,
+    overhead: float = 0.0,
+    node_major: bool = True,
+) -> tuple[float, list[tuple[int, int]], list[tuple[int, int]], int]: ...
+def simulated_algorithms(collective: str) -> list[str]: ...
 def refuse(collective: str, reason: str, process_set: int = 0) -> None: ...
 def allreduce_group_async(
     arrays: list[npt.NDArray[Any]],

@@ -12,6 +12,7 @@ use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
 use crate::runtime::reduce::Data;
 use crate::runtime::Tiered;
+use crate::simulate::network::{Link, Network};
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -352,6 +353,56 @@ fn reduce(
     })
 }
 
+/// One simulated `collective` of `nbytes` with `algorithm` on ranks placed on the nodes
+/// `labels` (see `ringlet.simulate`): (seconds, (messages, bytes) sent per rank, (out, in)
+/// bytes per node link, bytes that stayed inside nodes). `intra` and `inter` are (bandwidth in
+/// bytes per second, latency in seconds).
+#[pyfunction]
+#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true))]
+#[allow(clippy::too_many_arguments)]
+fn simulate(
+    py: Python<'_>,
+    collective: &str,
+    algorithm: &str,
+    labels: Vec<usize>,
+    nbytes: usize,
+    intra: (f64, f64),
+    inter: (f64, f64),
+    gamma: f64,
+    overhead: f64,
+    node_major: bool,
+) -> PyResult<SimulatedRow> {
+    let network = Network {
+        intra: Link {
+            bandwidth: intra.0,
+            latency: intra.1,
+        },
+        inter: Link {
+            bandwidth: inter.0,
+            latency: inter.1,
+        },
+        gamma,
+        overhead,
+    };
+    let outcome = detached(py, || {
+        crate::simulate::simulate_placed(
+            collective, algorithm, &labels, nbytes, node_major, &network,
+        )
+    })?;
+    let links = outcome.link_bytes.iter().map(|l| (l[0], l[1])).collect();
+    Ok((outcome.seconds, outcome.sent, links, outcome.bytes_within))
+}
+
+/// (seconds, (messages, bytes) per rank, (out, in) bytes per node link, bytes within nodes).
+type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64);
+
+/// The algorithms the simulator can run for `collective` (every registered one; some cannot
+/// run outside MPI or shared memory, and say so when simulated).
+#[pyfunction]
+fn simulated_algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
+    Ok(crate::simulate::algorithms(collective)?)
+}
+
 /// Install the cost model's parameters that `auto` uses in the collectives that choose in the
 /// core: alpha and beta inside a node and across nodes, gamma by default and per dtype.
 #[pyfunction]
@@ -639,7 +690,7 @@ mod _core {
         clear_auto_table, dtypes, finalize, group, init, is_initialized, join, kernel_level,
         measure_combine, measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce,
         reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table, set_model,
-        set_stats_enabled, set_thread_key, settings, shared_empty, shared_memory, shutdown, stats,
-        wait_policy, SharedBuffer,
+        set_stats_enabled, set_thread_key, settings, shared_empty, shared_memory, shutdown,
+        simulate, simulated_algorithms, stats, wait_policy, SharedBuffer,
     };
 }

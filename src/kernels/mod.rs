@@ -20,7 +20,39 @@ mod x86;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use bytemuck::Pod;
+use std::cell::Cell;
 use std::sync::OnceLock;
+
+thread_local! {
+    /// While `Some`, combines on this thread only add their bytes here ([`counting`]).
+    static COUNTING: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Run `work` with this thread's combines counted instead of computed: the simulator runs the
+/// schedules for the messages they send, not for their sums. Returns what `work` returned and
+/// the bytes it would have combined.
+pub fn counting<R>(work: impl FnOnce() -> R) -> (R, u64) {
+    let outer = COUNTING.with(|c| c.replace(Some(0)));
+    let result = work();
+    let counted = COUNTING.with(|c| c.replace(outer)).unwrap_or(0);
+    (result, counted)
+}
+
+/// The bytes combined so far inside [`counting`] on this thread (0 outside it).
+pub fn counted_bytes() -> u64 {
+    COUNTING.with(|c| c.get().unwrap_or(0))
+}
+
+/// Inside [`counting`]: add `bytes` and say so (the caller then skips the arithmetic).
+fn counted(bytes: usize) -> bool {
+    COUNTING.with(|c| match c.get() {
+        Some(total) => {
+            c.set(Some(total + bytes as u64));
+            true
+        }
+        None => false,
+    })
+}
 
 /// Which operand stands on the left of the combine.
 ///
@@ -207,7 +239,7 @@ pub fn combine_at(
             level.name()
         )));
     }
-    if acc.is_empty() {
+    if acc.is_empty() || counted(acc.len()) {
         return Ok(()); // an empty slice's pointer need not be aligned
     }
     let slices = Slices::new(dtype, acc, other)?;
@@ -263,7 +295,7 @@ pub fn combine_scaled_at(
     if !level.is_available() {
         return combine_at(level, dtype, op, acc, other, order); // reports why
     }
-    if acc.is_empty() {
+    if acc.is_empty() || counted(acc.len()) {
         return Ok(());
     }
     let slices = Slices::new(dtype, acc, other)?;

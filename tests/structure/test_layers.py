@@ -86,6 +86,7 @@ ALLOWED = {
     "schedules": {"dtype", "error", "kernels", "transport", "scratch", "schedules"},
     "runtime": {"auto", "dtype", "error", "kernels", "probe", "runtime", "schedules", "scratch",
                 "stats", "transport", "worker"},
+    "simulate": {"dtype", "error", "kernels", "schedules", "simulate", "transport"},
 }
 FORBIDDEN_IN_BINDINGS = {"schedules", "kernels", "transport"}
 
