@@ -50,6 +50,7 @@ registry!(
     BROADCAST: Broadcast = [
         binomial::Binomial,
         scatter_allgather::ScatterAllgather,
+        two_tier_broadcast::TwoTierBroadcast,
     ]
 );
 
@@ -68,6 +69,7 @@ registry!(
     ALLGATHER: Allgather = [
         ring_allgather::RingAllgather,
         doubling_allgather::DoublingAllgather,
+        two_tier_allgather::TwoTierAllgather,
     ]
 );
 
@@ -75,6 +77,8 @@ registry!(
     /// Reduce-scatter algorithms (blocks of any size per rank).
     REDUCE_SCATTER: ReduceScatter = [
         ring_reduce_scatter::RingReduceScatter,
+        recursive_halving::RecursiveHalving,
+        priority_halving::PriorityHalving,
     ]
 );
 

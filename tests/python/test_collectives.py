@@ -29,10 +29,10 @@ def movable_input(seed: int, rank: int, shape: tuple[int, ...], dtype: str) -> n
     return values.astype(np_dtype(dtype) if dtype in ALL_DTYPES else np.dtype(dtype))
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "binomial", "scatter_allgather"])
+@pytest.mark.parametrize("algorithm", ["auto", "binomial", "scatter_allgather", "two_tier"])
 @pytest.mark.parametrize("dtype", MOVABLE)
 def test_broadcast_gives_every_rank_the_roots_array(comm, rank, size, dtype, algorithm):
-    assert set(ringlet.algorithms("broadcast")) == {"binomial", "scatter_allgather"}
+    assert set(ringlet.algorithms("broadcast")) == {"binomial", "scatter_allgather", "two_tier"}
     for root in sorted({0, size // 2, size - 1}):
         x = movable_input(1, rank, (5, 3), dtype)
         before = x.copy()
@@ -59,14 +59,14 @@ def test_structured_dtypes_move_as_they_are(rank, size):
 def test_long_broadcasts_and_allgathers_of_every_algorithm(rank, size):
     """A few MiB, where auto prefers the bandwidth-bound algorithms, and uneven block sizes."""
     x = np.arange(1 << 20, dtype=np.float32) + rank
-    for algorithm in ("auto", "binomial", "scatter_allgather"):
+    for algorithm in ("auto", "binomial", "scatter_allgather", "two_tier"):
         root = (size - 1) // 2
         assert np.array_equal(ringlet.broadcast(x, root, algorithm=algorithm),
                               np.arange(1 << 20, dtype=np.float32) + root), algorithm
     rows = np.full((1000 * (rank + 1) + 7, 3), rank, dtype=np.int16)
     expected = np.concatenate([np.full((1000 * (r + 1) + 7, 3), r, dtype=np.int16)
                                for r in range(size)])
-    for algorithm in ("auto", "ring", "recursive_doubling"):
+    for algorithm in ("auto", "ring", "recursive_doubling", "two_tier"):
         assert np.array_equal(ringlet.allgather(rows, algorithm=algorithm), expected), algorithm
 
 
@@ -93,10 +93,10 @@ def test_broadcast_async_runs_in_order_and_returns_the_result(rank, size):
     assert np.all(total.wait() == size)
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling"])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling", "two_tier"])
 @pytest.mark.parametrize("dtype", MOVABLE)
 def test_allgather_concatenates_in_rank_order(comm, rank, size, dtype, algorithm):
-    assert set(ringlet.algorithms("allgather")) == {"ring", "recursive_doubling"}
+    assert set(ringlet.algorithms("allgather")) == {"ring", "recursive_doubling", "two_tier"}
     # Rank r contributes r + 1 rows (the first dimension may differ).
     x = movable_input(2, rank, (rank + 1, 2, 3), dtype)
     x.flags.writeable = False  # allgather only reads
@@ -124,13 +124,17 @@ def test_object_collectives(rank, size):
         ("r", r, "x" * r) for r in range(size)]
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_halving", "priority_halving"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("op", ["sum", "avg", "min", "max", "prod"])
-def test_reduce_scatter_gives_each_rank_its_block_of_the_reduction(comm, rank, size, dtype, op):
+def test_reduce_scatter_gives_each_rank_its_block_of_the_reduction(comm, rank, size, dtype, op,
+                                                                   algorithm):
+    assert set(ringlet.algorithms("reduce_scatter")) == {"ring", "recursive_halving",
+                                                         "priority_halving"}
     rows = 2 * size + 1
     inputs = [exact_input(3, r, (rows, 3), dtype, op) for r in range(size)]
     before = inputs[rank].copy()
-    mine = ringlet.reduce_scatter(inputs[rank], op)
+    mine = ringlet.reduce_scatter(inputs[rank], op, algorithm=algorithm)
     blocks = np.array_split(reference(inputs, op), size)
     assert mine.dtype == np_dtype(dtype)
     assert mine.tobytes() == blocks[rank].tobytes() and mine.shape == blocks[rank].shape
