@@ -57,10 +57,15 @@ def why_not_in_place(array: np.ndarray) -> str | None:
 
 
 def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are views of exactly the same elements (the cheap tests first:
+    ``__array_interface__`` builds a dict per call)."""
+    if a is b:
+        return True
     return (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.shape == b.shape
+        a.shape == b.shape
         and a.strides == b.strides
+        and np.may_share_memory(a, b)
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
 
 

@@ -349,7 +349,7 @@ def reduce(
         at_root = where.rank == local_root
         if out is not None and at_root:
             _check_reduce_out(x, out)
-        array = np.ascontiguousarray(x)
+        array = np.ascontiguousarray(x).reshape(x.shape)  # 0-d stays 0-d
         if not array.dtype.isnative:
             array = native_copy(array)
     if not at_root:
@@ -359,7 +359,9 @@ def reduce(
     # in place), else a new array.
     direct = out is not None and why_not_in_place(out) is None and out.dtype.isnative
     target = out if direct else np.empty(array.shape, array.dtype)
-    in_place = same_memory(target, array)  # out=x (or a view of all of x): the core's own case
+    # out=x (or a view of all of x) is the core's in-place case; anything else that overlaps x
+    # was refused above.
+    in_place = target is array or (direct and np.may_share_memory(target, array))
     _core.reduce(array, name, op, local_root, algorithm, array if in_place else target,
                  where.id)
     if out is None or direct:
@@ -378,7 +380,8 @@ def _check_reduce_out(x: np.ndarray, out: Any) -> None:
         )
     if not out.flags.writeable:
         raise ValueError("out must be writeable")
-    if not same_memory(out, x) and np.shares_memory(out, x):
+    if out is not x and np.may_share_memory(out, x) and not same_memory(out, x) \
+            and np.shares_memory(out, x):
         raise ValueError("out overlaps x without being x; pass out=x or a separate array")
 
 

@@ -41,17 +41,24 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
+_MOVABLE: dict[np.dtype, str] = {}
+"""Names of dtypes already moved (``dtype.name`` costs microseconds per call)."""
+
+
 def movable_name(dtype: np.dtype) -> str:
     """How the ranks name ``dtype`` when they only move its bytes (broadcast, allgather): any
     fixed-size dtype but objects. Byte order and fields are part of the name."""
+    known = _MOVABLE.get(dtype)
+    if known is not None:
+        return known
     if dtype.hasobject:
         raise TypeError(
             f"ringlet cannot move dtype {dtype!s}: it holds Python objects (pointers); "
             "use broadcast_object / allgather_object for those"
         )
-    if dtype.isnative and dtype.fields is None:
-        return dtype.name
-    return str(dtype)
+    name = dtype.name if dtype.isnative and dtype.fields is None else str(dtype)
+    _MOVABLE[dtype] = name
+    return name
 
 
 def check_op(op: str) -> str:

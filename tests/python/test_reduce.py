@@ -89,6 +89,15 @@ def test_out_that_the_core_cannot_write_directly(rank, size):
     assert ringlet.allreduce(np.ones(1), "sum")[0] == size
 
 
+def test_scalars_and_empty_arrays_keep_their_shape(rank, size):
+    result = ringlet.reduce(np.float32(rank + 1), size - 1)
+    if rank == size - 1:
+        assert result is not None and result.shape == () and result == size * (size + 1) / 2
+    empty = ringlet.reduce(np.zeros((0, 3), dtype=np.int64), 0)
+    if rank == 0:
+        assert empty is not None and empty.shape == (0, 3)
+
+
 def test_non_contiguous_and_foreign_byte_order_inputs(rank, size):
     base = np.arange(24, dtype=">f8").reshape(4, 6) + rank
     view = base[:, ::2]
