@@ -147,6 +147,7 @@ const NET: Network = Network {
     },
     gamma: 0.0,
     overhead: 0.0,
+    memory: f64::INFINITY,
 };
 
 #[test]
@@ -311,4 +312,50 @@ fn two_tier_keeps_traffic_off_the_network_that_the_flat_ring_sends_across() {
     // The host-link bound: each node's link carries at least 2(H-1)/H·m each way.
     let bound = 2 * 7 * m as u64 / 8;
     assert!(tiered.max_link_bytes() >= bound - 64);
+}
+
+#[test]
+fn a_node_s_memory_is_shared_by_its_copies_and_combines() {
+    // Two ranks on one node exchange 8 MB each way and combine: with a memory of 10 GB/s the
+    // two copies (16 MB read and written) and the two combines (24 MB of traffic each) take
+    // their turns on it, which the ports alone would not.
+    let bytes = 8_000_000u64;
+    let exchange = |peer: u32| {
+        vec![
+            Op::Receive {
+                from: peer,
+                bytes,
+                request: 0,
+            },
+            Op::Send {
+                to: peer,
+                bytes,
+                request: 1,
+            },
+            Op::Wait { request: 0 },
+            Op::Wait { request: 1 },
+            Op::Combine { bytes },
+        ]
+    };
+    let programs = vec![exchange(1), exchange(0)];
+    let fast = run(&programs, &Nodes::single(2), &NET).expect("runs");
+    assert!(
+        (fast.seconds - (8e-4 + 1e-6)).abs() < 1e-12,
+        "{}",
+        fast.seconds
+    );
+    let shared = Network {
+        memory: 10e9,
+        ..NET
+    };
+    let bound = run(&programs, &Nodes::single(2), &shared).expect("runs");
+    // 2 copies x 16 MB + 2 combines x 24 MB = 80 MB at 10 GB/s.
+    assert!((bound.seconds - 8e-3).abs() < 1e-6, "{}", bound.seconds);
+    let error = run(
+        &programs,
+        &Nodes::single(2),
+        &Network { memory: 0.0, ..NET },
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("positive"), "{error}");
 }

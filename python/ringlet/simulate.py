@@ -3,7 +3,7 @@
     python -m ringlet.simulate --hosts 64 --ranks-per-host 32 \\
         --inter 12.5GB/s,2us --intra 20GB/s,0.3us \\
         --collective allreduce --algorithm two_tier --size 64M [--placement block]
-        [--reduce-rate 30GB/s] [--overhead 0us] [--json] [--plot out.png]
+        [--reduce-rate 30GB/s] [--overhead 0us] [--memory 20GB/s] [--json] [--plot out.png]
 
 Every rank's part of the registered schedule runs in this process over a transport that
 records its messages instead of moving them (the reductions only count their bytes), so what is
@@ -16,12 +16,15 @@ simulated time:
 * a message reserves its sender's and its receiver's side, first come first served: messages
   that share a link take turns (contention), as in LogGP with G = 1/bandwidth and L = latency;
 * each message costs ``--overhead`` of CPU at each end (LogGP's o), and combining costs one
-  byte per ``--reduce-rate``.
+  byte per ``--reduce-rate``;
+* with ``--memory``, a host's ranks share its memory bandwidth (bytes of traffic per second):
+  a message inside a host reads and writes each byte, a combine reads two and writes one, and
+  they take turns on it. Without it, memory is not a limit.
 
-It does not model the switch fabric beyond the hosts' links (a full-bisection network),
-protocol switches inside MPI (eager/rendezvous), or memory bandwidth shared between a host's
-ranks. Sizes take K/M/G suffixes (powers of 1024); bandwidths are bytes per second with K/M/G
-prefixes (powers of 1000, e.g. 12.5GB/s; 10Gbit/s also works); latencies take ns/us/ms/s.
+It does not model the switch fabric beyond the hosts' links (a full-bisection network), or
+protocol switches inside MPI (eager/rendezvous). Sizes take K/M/G suffixes (powers of 1024);
+bandwidths are bytes per second with K/M/G prefixes (powers of 1000, e.g. 12.5GB/s; 10Gbit/s
+also works); latencies take ns/us/ms/s.
 ``--algorithm all`` simulates every registered algorithm of the collective.
 """
 
@@ -116,7 +119,8 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
              size: int | str, inter: tuple[float, float] | str = "12.5GB/s,2us",
              intra: tuple[float, float] | str = "20GB/s,0.3us",
              reduce_rate: float | str = "30GB/s", overhead: float | str = 0.0,
-             placement: str = "block", node_major: bool = True) -> Result:
+             memory: float | str | None = None, placement: str = "block",
+             node_major: bool = True) -> Result:
     """Simulate one ``collective`` of ``size`` bytes (float32, sum, root 0) with ``algorithm``
     on ``hosts`` x ``ranks_per_host`` ranks; see the module's description of the model."""
     if collective not in COLLECTIVES:
@@ -126,10 +130,13 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
     intra = parse_link(intra) if isinstance(intra, str) else intra
     rate = parse_bandwidth(reduce_rate) if isinstance(reduce_rate, str) else reduce_rate
     cpu = parse_latency(overhead) if isinstance(overhead, str) else overhead
+    shared = (float("inf") if memory is None
+              else parse_bandwidth(memory) if isinstance(memory, str) else float(memory))
     labels = placement_labels(hosts, ranks_per_host, placement)
     started = time.perf_counter()
     seconds, sent, links, within = _core.simulate(
-        collective, algorithm, labels, nbytes, intra, inter, 1.0 / rate, cpu, node_major)
+        collective, algorithm, labels, nbytes, intra, inter, 1.0 / rate, cpu, node_major,
+        shared)
     elapsed = time.perf_counter() - started
     loads = [load for link in links for load in link]
     return Result(
@@ -222,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rings in rank order, not node-major (to see what that costs)")
     parser.add_argument("--reduce-rate", default="30GB/s", help="bytes combined per second")
     parser.add_argument("--overhead", default="0us", help="CPU per message at each end")
+    parser.add_argument("--memory", default=None,
+                        help="each host's memory bandwidth, shared by its ranks "
+                        "(default: no limit)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", help="draw the comparison into this file")
     return parser
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inter, intra = parse_link(args.inter), parse_link(args.intra)
         rate, cpu = parse_bandwidth(args.reduce_rate), parse_latency(args.overhead)
+        memory = None if args.memory is None else parse_bandwidth(args.memory)
         nbytes = parse_size(args.size)
         placement_labels(args.hosts, args.ranks_per_host, args.placement)
         registered = algorithms(args.collective)
@@ -249,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(simulate(
                 args.collective, name, hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                 size=nbytes, inter=inter, intra=intra, reduce_rate=rate, overhead=cpu,
-                placement=args.placement, node_major=not args.rank_order))
+                memory=memory, placement=args.placement, node_major=not args.rank_order))
         except (ValueError, _core.RingletError) as error:
             if args.algorithm != "all":
                 print(f"error: {error}", file=sys.stderr)

@@ -358,7 +358,7 @@ fn reduce(
 /// bytes per node link, bytes that stayed inside nodes). `intra` and `inter` are (bandwidth in
 /// bytes per second, latency in seconds).
 #[pyfunction]
-#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true))]
+#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true, memory = f64::INFINITY))]
 #[allow(clippy::too_many_arguments)]
 fn simulate(
     py: Python<'_>,
@@ -371,6 +371,7 @@ fn simulate(
     gamma: f64,
     overhead: f64,
     node_major: bool,
+    memory: f64,
 ) -> PyResult<SimulatedRow> {
     let network = Network {
         intra: Link {
@@ -383,6 +384,7 @@ fn simulate(
         },
         gamma,
         overhead,
+        memory,
     };
     let outcome = detached(py, || {
         crate::simulate::simulate_placed(

@@ -11,6 +11,12 @@
 //! message also costs its sender and its receiver `overhead` seconds of CPU (LogGP's o), and
 //! combining costs `gamma` seconds per byte.
 //!
+//! Optionally the ranks of a node share its memory bandwidth (`memory`, bytes per second): a
+//! message inside the node copies its bytes (one read and one write of each) and a combine
+//! reads two operands and writes one, and each such use of memory takes its turn on the node's
+//! memory as a message takes its turn on a link. Large messages on one node are bound by this,
+//! not by the cache-resident copy rate `intra.bandwidth` a calibration measures.
+//!
 //! Ranks run their programs in simulated-time order (a discrete-event simulation): a send is
 //! timed when it is posted, a receive completes when its message has arrived, a wait blocks
 //! its rank until its request completes.
@@ -66,6 +72,8 @@ pub struct Network {
     pub gamma: f64,
     /// Seconds of CPU per message, at the sender and again at the receiver.
     pub overhead: f64,
+    /// Bytes per second each node's memory moves, shared by its ranks (infinite: not modelled).
+    pub memory: f64,
 }
 
 impl Network {
@@ -81,6 +89,8 @@ impl Network {
         if !finite.iter().all(|v| v.is_finite() && *v >= 0.0)
             || self.intra.bandwidth <= 0.0
             || self.inter.bandwidth <= 0.0
+            || self.memory.is_nan()
+            || self.memory <= 0.0
         {
             return Err(CoreError::InvalidArgument(format!(
                 "the network needs positive bandwidths and non-negative latencies, gamma and \
@@ -185,6 +195,9 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
     // Free-at times: each rank's port out and in, then each node's link out and in.
     let mut port_free = vec![[0.0f64; 2]; n];
     let mut link_free = vec![[0.0f64; 2]; nodes.count()];
+    // When each node's memory is next free, and the seconds one byte of memory traffic takes.
+    let mut memory_free = vec![0.0f64; nodes.count()];
+    let per_byte = 1.0 / network.memory; // 0 when memory is not modelled
     let mut outcome = Outcome {
         seconds: 0.0,
         sent: vec![(0, 0); n],
@@ -222,7 +235,12 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                     let (src_node, dst_node) = (nodes.of(r), nodes.of(to));
                     let (link, free) = if src_node == dst_node {
                         outcome.bytes_within += bytes;
-                        let start = now.max(port_free[r][0]).max(port_free[to][1]);
+                        let start = now
+                            .max(port_free[r][0])
+                            .max(port_free[to][1])
+                            .max(memory_free[src_node]);
+                        // The copy reads and writes each byte once.
+                        memory_free[src_node] = start + 2.0 * bytes as f64 * per_byte;
                         (network.intra, start)
                     } else {
                         outcome.link_bytes[src_node][0] += bytes;
@@ -230,7 +248,10 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                         let start = now.max(link_free[src_node][0]).max(link_free[dst_node][1]);
                         (network.inter, start)
                     };
-                    let injected = free + bytes as f64 / link.bandwidth;
+                    let mut injected = free + bytes as f64 / link.bandwidth;
+                    if src_node == dst_node {
+                        injected = injected.max(memory_free[src_node]);
+                    }
                     if src_node == dst_node {
                         port_free[r][0] = injected;
                         port_free[to][1] = injected;
@@ -293,7 +314,14 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                         }
                     }
                 }
-                Op::Combine { bytes } => ranks[r].clock += bytes as f64 * network.gamma,
+                Op::Combine { bytes } => {
+                    // Two operands read, one written: three bytes of memory traffic per byte.
+                    let node = nodes.of(r);
+                    let start = ranks[r].clock.max(memory_free[node]);
+                    let traffic = 3.0 * bytes as f64 * per_byte;
+                    memory_free[node] = start + traffic;
+                    ranks[r].clock = start + (bytes as f64 * network.gamma).max(traffic);
+                }
             }
             ranks[r].pc += 1;
             // Let any rank that is behind in time act first (first come, first served).
