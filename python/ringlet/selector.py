@@ -655,6 +655,28 @@ class Candidate:
     model_us: float
     correction: float
     predicted_us: float
+    # The simulator's time with the same parameters, on the same placement (None where the
+    # algorithm needs MPI or shared memory, which the simulator does not model).
+    simulated_us: float | None = None
+
+
+SIMULATE_UP_TO = 512
+"""explain() simulates each candidate on the job's own placement up to this many ranks (a flat
+ring's messages grow as the square of the ranks)."""
+
+
+def simulated_seconds(algorithm: str, nbytes: int, dtype: str, params: Parameters,
+                      nodes: list[int]) -> float | None:
+    """The simulator's time for one allreduce of ``nbytes`` with ``algorithm`` on ranks placed
+    on ``nodes``, with the calibrated alpha and beta inside and between nodes and gamma, or
+    None if the simulator cannot run it (it needs MPI or shared memory)."""
+    try:
+        seconds, *_ = _core.simulate(
+            "allreduce", algorithm, nodes, int(nbytes), (1 / params.beta, params.alpha),
+            (1 / params.beta_across, params.alpha_across), params.gamma_of(dtype))
+    except ValueError:
+        return None
+    return float(seconds)
 
 
 @dataclass
@@ -671,13 +693,15 @@ class Explanation:
     def __str__(self) -> str:
         lines = [
             f"allreduce of {_human(self.nbytes)} {self.dtype} ({self.op}) on {self.size} ranks",
-            f"  {'algorithm':<20}{'model us':>12}{'measured/model':>16}{'predicted us':>14}",
+            f"  {'algorithm':<20}{'model us':>12}{'measured/model':>16}{'predicted us':>14}"
+            f"{'simulated us':>14}",
         ]
         for c in self.candidates:
             mark = "  <- chosen" if c.algorithm == self.choice else ""
+            simulated = "-" if c.simulated_us is None else f"{c.simulated_us:.1f}"
             lines.append(
                 f"  {c.algorithm:<20}{c.model_us:>12.1f}{c.correction:>16.2f}"
-                f"{c.predicted_us:>14.1f}{mark}"
+                f"{c.predicted_us:>14.1f}{simulated:>14}{mark}"
             )
         lines.append(f"  choice: {self.choice} ({self.reason})")
         lines.append(f"  parameters: {self.parameters}")
@@ -713,12 +737,21 @@ def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None) -> Expl
     ranks = size()
     calibrated = _params is not None and _table_size == ranks
     params = _params if calibrated else _cached_parameters()
+    nodes = layout(ranks)
+
+    def simulated(algorithm: str) -> float | None:
+        if ranks <= 1 or ranks > SIMULATE_UP_TO:
+            return None
+        seconds = simulated_seconds(algorithm, nbytes, name, params, nodes)
+        return None if seconds is None else seconds * 1e6
+
     rows = [
         Candidate(
             a,
             model_seconds(a, nbytes, ranks, name, params) * 1e6,
             correction(a, nbytes, params),
             predict(a, nbytes, ranks, name, params) * 1e6,
+            simulated(a),
         )
         for a in candidates(name, op)
     ]

@@ -245,6 +245,18 @@ def test_explain_prints_and_returns_each_candidate(capsys, size):
     assert {c.algorithm for c in explanation.candidates} == set(selector.ALGORITHMS)
     assert "allreduce of 1 MiB float32" in printed and f"on {size} ranks" in printed
     assert all(c.predicted_us >= 0 for c in explanation.candidates)
+    # The simulator's prediction beside the model's: for what it can run, on this placement.
+    simulated = {c.algorithm: c.simulated_us for c in explanation.candidates}
+    assert "simulated us" in printed
+    if size == 1:
+        assert set(simulated.values()) == {None}
+    else:
+        assert simulated["ring"] is not None and simulated["ring"] > 0
+        assert simulated["mpi"] is None  # MPI's own algorithm is not ringlet's to replay
+        params = selector.parameters()
+        again = selector.simulated_seconds("ring", 1 << 20, "float32", params,
+                                           selector.layout(size))
+        assert again is not None and again > 0
 
     import ml_dtypes
 
