@@ -13,6 +13,7 @@
 #   make cluster-up HOSTS=4 RATE=1gbit   make cluster-down
 #   make test-cluster    the cluster tests at every layout (make test runs four of them)
 #   make bench-cluster   4 hosts x 2 ranks at 1 Gbit/s, block and round-robin placement
+#   make validate-simulator   the simulator's predictions against the same cluster and one node
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := run
@@ -73,6 +74,7 @@ BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
 
 .PHONY: run quickstart test setup build test-rust test-python lint stubtest bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
+	validate-simulator \
 	test-mpich test-mpich-quick mpich-quick-slice FORCE
 
 run: setup
@@ -117,6 +119,11 @@ test-cluster-quick: setup
 CLUSTER_BENCH_ARGS ?=
 bench-cluster: setup
 	HOSTS=$(HOSTS) RATE=$(RATE) bash benchmarks/emulated_cluster_bench.sh $(CLUSTER_BENCH_ARGS)
+
+# The simulator's predictions against measurements on one node and on the emulated cluster
+# (benchmarks/RESULTS.md, "The simulator"); VALIDATE_ARGS="--sizes 1M,4M --reps 3" to shorten.
+validate-simulator: setup
+	HOSTS=$(HOSTS) RATE=$(RATE) bash benchmarks/simulator_validation.sh $(VALIDATE_ARGS)
 
 setup: $(STAMPS)/system $(BUILD_STAMP)
 

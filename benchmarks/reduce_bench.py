@@ -1,11 +1,13 @@
-"""ringlet.reduce: every algorithm and MPI's own, measured against the cost model's prediction.
+"""ringlet.reduce (or reduce_scatter): every algorithm and MPI's own, measured against the cost
+model's prediction.
 
-    mpirun -n N python benchmarks/reduce_bench.py [--sizes 8,1K,64K,1M,16M] [--dtype float32]
-        [--rounds 30] [--time-budget 2] [--markdown]
+    mpirun -n N python benchmarks/reduce_bench.py [--collective reduce|reduce_scatter]
+        [--sizes 8,1K,64K,1M,16M] [--dtype float32] [--rounds 30] [--time-budget 2] [--markdown]
 
-Per size, the candidates (every reduce algorithm that can run here, "auto", and "native":
-mpi4py's ``comm.Reduce``) are timed round-robin in a new random order each round (the same on
-every rank), each call after a barrier and timed alone; a round's time is the slowest rank's,
+Per size, the candidates (every algorithm that can run here, "auto", and "native": mpi4py's
+``comm.Reduce``, or ``Reduce_scatter_block``) are timed round-robin in a new random order each
+round (the same on every rank), each call after a barrier and timed alone; a round's time is
+the slowest rank's,
 and the table shows the median over the rounds. "model" is the selector's prediction for the
 algorithm (its cost declaration priced with the calibrated alpha, beta and gamma), to which
 "predicted" adds the fixed cost of a call, measured in the same run as the median time of a
@@ -41,6 +43,7 @@ def parse_size(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collective", default="reduce", choices=["reduce", "reduce_scatter"])
     parser.add_argument("--sizes", default="8,1K,64K,1M,16M",
                         help="message sizes in bytes, K/M/G suffixes (comma-separated)")
     parser.add_argument("--dtype", default="float32", choices=sorted(MPI_TYPES))
@@ -65,30 +68,50 @@ def main(argv: list[str] | None = None) -> int:
     ringlet.init()
     rank, size = comm.Get_rank(), comm.Get_size()
     params = selector.parameters()  # collective: calibrates (or loads the cache) on every rank
-    names = [a for a in ringlet.algorithms("reduce", args.dtype)
-             if ringlet._core.algorithm_unavailable("reduce", a) is None]
+    collective = args.collective
+    names = [a for a in ringlet.algorithms(collective, args.dtype)
+             if ringlet._core.algorithm_unavailable(collective, a) is None]
+    first = names[0]
     rows = []
     rng = np.random.default_rng(7)
     empty = np.empty(0, dtype=args.dtype)
+
+    def call_empty() -> None:
+        if collective == "reduce":
+            ringlet.reduce(empty, 0, algorithm=first)
+        else:
+            ringlet.reduce_scatter(empty, algorithm=first)
+
     for _ in range(args.warmup):
-        ringlet.reduce(empty, 0, algorithm="binomial")
-    overhead = float(np.median([timed(comm, lambda: ringlet.reduce(empty, 0, algorithm="binomial"))
-                                for _ in range(max(args.rounds, 20))]))
+        call_empty()
+    overhead = float(np.median([timed(comm, call_empty) for _ in range(max(args.rounds, 20))]))
     for nbytes in (parse_size(s) for s in args.sizes.split(",")):
-        count = max(nbytes // np.dtype(args.dtype).itemsize, 1)
+        # reduce_scatter: a whole number of elements per rank, as Reduce_scatter_block needs.
+        unit = size if collective == "reduce_scatter" else 1
+        count = max(nbytes // np.dtype(args.dtype).itemsize // unit, 1) * unit
         x = np.full(count, rank + 1, dtype=args.dtype)
-        recv = np.empty_like(x)
         total = size * (size + 1) // 2
-        # Into a preallocated array on the root, as "native" does.
-        candidates = {name: (lambda name=name, x=x, recv=recv:
-                             ringlet.reduce(x, 0, algorithm=name, out=recv))
-                      for name in [*names, "auto"]}
-        candidates["native"] = lambda x=x, recv=recv: comm.Reduce(x, recv, MPI.SUM, root=0)
+        if collective == "reduce":
+            recv = np.empty_like(x)
+            # Into a preallocated array on the root, as "native" does.
+            candidates = {name: (lambda name=name, x=x, recv=recv:
+                                 ringlet.reduce(x, 0, algorithm=name, out=recv))
+                          for name in [*names, "auto"]}
+            candidates["native"] = lambda x=x, recv=recv: comm.Reduce(x, recv, MPI.SUM, root=0)
+        else:
+            recv = np.empty(count // size, dtype=args.dtype)
+
+            def scatter(name: str, x: np.ndarray = x, recv: np.ndarray = recv) -> None:
+                np.copyto(recv, ringlet.reduce_scatter(x, algorithm=name))
+
+            candidates = {name: (lambda name=name: scatter(name)) for name in [*names, "auto"]}
+            candidates["native"] = (lambda x=x, recv=recv:
+                                    comm.Reduce_scatter_block(x, recv, MPI.SUM))
         for name, call in candidates.items():  # warm-up, and every result checked
             recv.fill(0)
             for _ in range(args.warmup):
                 call()
-            if rank == 0 and not np.all(recv == total):
+            if (collective == "reduce_scatter" or rank == 0) and not np.all(recv == total):
                 print(f"{name}: wrong result at {nbytes} B", file=sys.stderr)
                 return 1
         seconds: dict[str, list[float]] = {name: [] for name in candidates}
@@ -105,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, times in seconds.items():
             measured = float(np.median(times))
             model = (selector.model_seconds(name, count * x.itemsize, size, args.dtype, params,
-                                            nodes, collective="reduce")
+                                            nodes, collective=collective)
                      if name in names else float("nan"))
             rows.append((count * x.itemsize, name, measured, model, len(times)))
     if rank == 0:
@@ -121,7 +144,8 @@ def human(nbytes: int) -> str:
 
 
 def report(rows, size: int, args, params, overhead: float) -> None:
-    print(f"reduce, N={size}, {args.dtype} sum, root 0; {socket.gethostname()}, "
+    where = ", root 0" if args.collective == "reduce" else ""
+    print(f"{args.collective}, N={size}, {args.dtype} sum{where}; {socket.gethostname()}, "
           f"{datetime.now():%Y-%m-%d %H:%M}; parameters: {params.source}; "
           f"fixed cost of a call {overhead * 1e6:.1f} us")
     header = ["size", "algorithm", "measured", "model", "predicted", "predicted / measured",

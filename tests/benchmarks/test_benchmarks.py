@@ -87,3 +87,25 @@ def test_reduce_bench_times_every_algorithm_and_prints_the_models_prediction():
     assert len(rows) == 2 * len(names)
     predicted = [row for row in rows if row[1].strip() not in ("auto", "native")]
     assert all(row[3].strip().endswith("us") for row in predicted)
+
+
+def test_simulator_validation_puts_predictions_beside_measurements(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    job = mpirun("benchmarks/simulator_validation.py", "--sizes", "64K,256K", "--reps", "2",
+                 "--label", "one-node", "--json", str(rows))
+    assert job.returncode == 0, job.stdout + job.stderr
+    records = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert {r["algorithm"] for r in records} == {"ring", "halving_doubling", "two_tier"}
+    assert len(records) == 6
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in records)
+    assert "| one-node | 0 MiB | ring |" not in job.stdout  # sizes below 1 MiB print in KiB
+    assert job.stdout.count("| one-node |") == 6
+
+
+def test_reduce_bench_times_reduce_scatter_too():
+    job = mpirun("benchmarks/reduce_bench.py", "--collective", "reduce_scatter", "--sizes",
+                 "64K", "--rounds", "2", "--warmup", "1", "--markdown")
+    assert job.returncode == 0, job.stdout + job.stderr  # 1: a wrong block on some rank
+    names = {line.split("|")[2].strip() for line in job.stdout.splitlines()
+             if line.startswith("| ") and " us " in line}
+    assert names == {"ring", "recursive_halving", "priority_halving", "auto", "native"}

@@ -1,7 +1,7 @@
 """ringlet across the hosts of the emulated cluster (tests/emulated_cluster/run.sh starts these
-under tools/emulated_cluster.sh mpirun, once per layout): the topology as MPI sees it, and every
+under tools/emulated_cluster.sh mpirun, once per layout): the topology as MPI sees it, every
 allreduce algorithm exact and bit-identical on every rank, in every dtype, whatever the
-placement.
+placement, and every algorithm of reduce, broadcast, allgather and reduce_scatter exact.
 
 Inputs are small integers derived from (rank, index), so every rank computes every rank's input
 and the exact sum itself; mpi4py's allgather compares the results' bytes across ranks."""
@@ -148,3 +148,38 @@ def test_prescale_and_postscale_apply_once_whatever_the_hosts(algorithm):
     for g in grads:
         np.testing.assert_array_equal(g, np.full(g.shape, want, np.float32))
         assert COMM.allgather(digest(g)) == [digest(g)] * SIZE
+
+
+def other_collectives() -> list[tuple[str, str]]:
+    return [(collective, algorithm)
+            for collective in ("reduce", "broadcast", "allgather", "reduce_scatter")
+            for algorithm in ("auto", *ringlet.algorithms(collective))]
+
+
+@pytest.mark.parametrize(("collective", "algorithm"), other_collectives())
+def test_the_other_collectives_are_exact_across_hosts(collective, algorithm):
+    """reduce, broadcast, allgather and reduce_scatter with each of their algorithms, at a few
+    sizes, roots at both ends; results against NumPy on every rank."""
+    for count in (1, SIZE + 3, 70_000):
+        mine = inputs(count, np.int32)
+        total = np.sum(np.stack(mine), axis=0, dtype=np.int32)
+        if collective == "reduce":
+            for root in (0, SIZE - 1):
+                result = ringlet.reduce(mine[RANK], root, algorithm=algorithm)
+                if RANK == root:
+                    np.testing.assert_array_equal(result, total, err_msg=f"{algorithm} {count}")
+                else:
+                    assert result is None
+        elif collective == "broadcast":
+            for root in (0, SIZE - 1):
+                result = ringlet.broadcast(mine[RANK], root, algorithm=algorithm)
+                np.testing.assert_array_equal(result, mine[root], err_msg=f"{algorithm} {count}")
+        elif collective == "allgather":
+            rows = mine[RANK][: count // (RANK + 1)]  # a different share on every rank
+            result = ringlet.allgather(rows, algorithm=algorithm)
+            expected = np.concatenate([mine[r][: count // (r + 1)] for r in range(SIZE)])
+            np.testing.assert_array_equal(result, expected, err_msg=f"{algorithm} {count}")
+        else:
+            block = ringlet.reduce_scatter(mine[RANK], algorithm=algorithm)
+            expected = np.array_split(total, SIZE)[RANK]
+            np.testing.assert_array_equal(block, expected, err_msg=f"{algorithm} {count}")

@@ -1,0 +1,116 @@
+"""The simulator against measurements: predicted and measured allreduce times on the ranks this
+job runs on, with the network model's parameters from ringlet's own calibration.
+
+    mpirun -n 2 python benchmarks/simulator_validation.py                 # one node
+    tools/emulated_cluster.sh mpirun -n 8 --map-by ppr:2:node \\
+        .venv/bin/python benchmarks/simulator_validation.py --label block   # emulated cluster
+    make validate-simulator   # both placements on the emulated cluster, and one node
+
+Per size, each algorithm is timed in interleaved rounds (barrier, then the call, the slowest
+rank's time), medians. The simulator then plays the same algorithm on the same placement
+(``ringlet.topology()``'s nodes) with: inside a node, bandwidth 1/beta and latency alpha;
+between nodes, 1/beta_across and alpha_across; combining, gamma for float32 - the parameters
+``ringlet.calibrate`` measured on this machine (cached per topology) - and each node's memory
+bandwidth, measured here as every rank of a node copying 64 MiB at once. ``--inter`` replaces
+the calibrated link between nodes (bandwidth,latency, e.g. the rate a long transfer reaches).
+Rank 0 prints a Markdown table with predicted / measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+import ringlet
+from ringlet import selector
+from ringlet import simulate as sim
+
+COMM = MPI.COMM_WORLD
+
+
+def node_memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+    """Bytes of memory traffic per second a node sustains with all its ranks copying at once
+    (a copy reads and writes each byte); the slowest node's. Collective."""
+    source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    np.copyto(target, source)  # touch the pages first
+    node = COMM.Split_type(MPI.COMM_TYPE_SHARED)
+    best = float("inf")
+    for _ in range(repeats):
+        node.Barrier()
+        start = MPI.Wtime()
+        np.copyto(target, source)
+        best = min(best, node.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+    per_node = node.size * 2 * nbytes / best
+    node.Free()
+    return float(COMM.allreduce(per_node, op=MPI.MIN))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1M,4M,16M,64M")
+    parser.add_argument("--algorithms", default="ring,halving_doubling,two_tier")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--label", default="", help="the placement, for the report")
+    parser.add_argument("--json", type=Path, help="append the rows here (rank 0)")
+    parser.add_argument("--inter", help="the link between nodes instead of the calibrated one")
+    args = parser.parse_args()
+    ringlet.init()
+    params = selector.parameters()  # collective: calibrates, or loads this topology's cache
+    labels = selector.layout(COMM.size)
+    names = args.algorithms.split(",")
+    intra = (1 / params.beta, params.alpha)
+    inter = (sim.parse_link(args.inter) if args.inter
+             else (1 / params.beta_across, params.alpha_across))
+    gamma = params.gamma_of("float32")
+    memory = node_memory_bandwidth()
+    rows = []
+    for size in (sim.parse_size(s) for s in args.sizes.split(",")):
+        x = np.zeros(size // 4, dtype=np.float32)
+        for name in names:  # warm-up (and any lazy set-up)
+            ringlet.allreduce(x, out=x, algorithm=name)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(args.reps):
+            for name in names:
+                COMM.Barrier()
+                start = MPI.Wtime()
+                ringlet.allreduce(x, out=x, algorithm=name)
+                times[name].append(COMM.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+        if COMM.rank == 0:
+            for name in names:
+                seconds, *_ = ringlet._core.simulate(
+                    "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory)
+                measured = statistics.median(times[name])
+                rows.append({"placement": args.label, "size": size, "algorithm": name,
+                             "measured_s": measured, "predicted_s": seconds})
+    if COMM.rank != 0:
+        return
+    hosts = len(set(labels))
+    print(f"simulator validation, {COMM.size} ranks on {hosts} host(s) {args.label}; "
+          f"{socket.gethostname()}, {datetime.now():%Y-%m-%d %H:%M}; parameters: "
+          f"{params.source}: alpha {params.alpha * 1e6:.1f} us, B {1 / params.beta / 1e9:.2f} GB/s"
+          f", across: alpha {params.alpha_across * 1e6:.1f} us, "
+          f"B {inter[0] / 1e6:.0f} MB/s{' (given)' if args.inter else ''}, "
+          f"gamma {gamma * 1e9:.3f} ns/B; memory {memory / 1e9:.1f} GB/s per node\n")
+    print("| placement | size | algorithm | measured | predicted | predicted / measured |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        size = (f"{row['size'] >> 20} MiB" if row["size"] >= 1 << 20
+                else f"{row['size'] >> 10} KiB")
+        print(f"| {row['placement'] or '-'} | {size} | {row['algorithm']} | "
+              f"{row['measured_s'] * 1e3:.1f} ms | {row['predicted_s'] * 1e3:.1f} ms | "
+              f"{row['predicted_s'] / row['measured_s']:.2f} |")
+    if args.json:
+        with args.json.open("a") as out:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
