@@ -11,6 +11,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Finish};
 use crate::schedules::{self, Reduction, REDUCE_SCATTER};
+use crate::scratch::Scratch;
 use crate::worker::{self, Queued};
 use std::any::Any;
 
@@ -112,9 +113,10 @@ pub fn reduce_scatter_on(
         blocks.push(start..start + rows * row_bytes);
         start += rows * row_bytes;
     }
-    // The input stays as it was: the schedule works on a copy.
-    let mut work = vec![0u64; input.len().div_ceil(8)];
-    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut work)[..input.len()];
+    // The input stays as it was: the schedule works on a copy, in pooled scratch (warm pages,
+    // not a fresh allocation of the whole array per call).
+    let mut work = Scratch::new(input.len());
+    let bytes = work.bytes(input.len())?;
     bytes.copy_from_slice(input);
     let ranks = comm.size();
     let folded = ranks > 1 && schedule.folds_scaling();
