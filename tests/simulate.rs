@@ -148,6 +148,11 @@ const NET: Network = Network {
     gamma: 0.0,
     overhead: 0.0,
     memory: f64::INFINITY,
+    groups: 1,
+    global: Link {
+        bandwidth: f64::INFINITY,
+        latency: 0.0,
+    },
 };
 
 #[test]
@@ -358,4 +363,71 @@ fn a_node_s_memory_is_shared_by_its_copies_and_combines() {
     )
     .unwrap_err();
     assert!(error.to_string().contains("positive"), "{error}");
+}
+
+#[test]
+fn messages_between_groups_also_take_turns_on_the_global_links() {
+    // 4 nodes in 2 groups; nodes 0 and 1 (group 0) each send to a node of group 1 at once:
+    // their host links are separate, but group 0's global link (0.5 GB/s) carries both.
+    let nodes = Nodes::from_labels(&[0, 1, 2, 3]);
+    let bytes = 1_000_000;
+    let net = Network {
+        groups: 2,
+        global: Link {
+            bandwidth: 0.5e9,
+            latency: 5e-6,
+        },
+        ..NET
+    };
+    let programs = vec![
+        vec![
+            Op::Send {
+                to: 2,
+                bytes,
+                request: 0,
+            },
+            Op::Wait { request: 0 },
+        ],
+        vec![
+            Op::Send {
+                to: 3,
+                bytes,
+                request: 0,
+            },
+            Op::Wait { request: 0 },
+        ],
+        vec![
+            Op::Receive {
+                from: 0,
+                bytes,
+                request: 0,
+            },
+            Op::Wait { request: 0 },
+        ],
+        vec![
+            Op::Receive {
+                from: 1,
+                bytes,
+                request: 0,
+            },
+            Op::Wait { request: 0 },
+        ],
+    ];
+    let outcome = run(&programs, &nodes, &net).expect("runs");
+    // Each at the global rate (2 ms), one after the other: 4 ms, plus both latencies.
+    assert!(
+        (outcome.seconds - (4e-3 + 15e-6)).abs() < 1e-12,
+        "{}",
+        outcome.seconds
+    );
+    assert_eq!(outcome.group_bytes, vec![[2 * bytes, 0], [0, 2 * bytes]]);
+    assert_eq!(outcome.max_group_bytes(), 2 * bytes);
+    // One group: no global tier, the two messages run side by side on their own links.
+    let flat = run(&programs, &nodes, &NET).expect("runs");
+    assert!(
+        (flat.seconds - (1e-3 + 10e-6)).abs() < 1e-12,
+        "{}",
+        flat.seconds
+    );
+    assert_eq!(flat.max_group_bytes(), 0);
 }

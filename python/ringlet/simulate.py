@@ -3,7 +3,8 @@
     python -m ringlet.simulate --hosts 64 --ranks-per-host 32 \\
         --inter 12.5GB/s,2us --intra 20GB/s,0.3us \\
         --collective allreduce --algorithm two_tier --size 64M [--placement block]
-        [--reduce-rate 30GB/s] [--overhead 0us] [--memory 20GB/s] [--json] [--plot out.png]
+        [--reduce-rate 30GB/s] [--overhead 0us] [--memory 20GB/s]
+        [--groups 8 --global 25GB/s,1us] [--json] [--plot out.png]
 
 Every rank's part of the registered schedule runs in this process over a transport that
 records its messages instead of moving them (the reductions only count their bytes), so what is
@@ -19,7 +20,11 @@ simulated time:
   byte per ``--reduce-rate``;
 * with ``--memory``, a host's ranks share its memory bandwidth (bytes of traffic per second):
   a message inside a host reads and writes each byte, a combine reads two and writes one, and
-  they take turns on it. Without it, memory is not a limit.
+  they take turns on it. Without it, memory is not a limit;
+* with ``--groups G``, the hosts form G groups of consecutive hosts, each group with one global
+  link (``--global``) to the others, as in the two-tier direct networks (PERCS, Dragonfly) of
+  Jain, Lau & Kale: a message between groups also takes its turn on both groups' global links,
+  runs at the slower rate and pays both latencies.
 
 It does not model the switch fabric beyond the hosts' links (a full-bisection network), or
 protocol switches inside MPI (eager/rendezvous). Sizes take K/M/G suffixes (powers of 1024);
@@ -110,6 +115,7 @@ class Result:
     bytes: int
     max_link_bytes: int
     mean_link_bytes: float
+    max_global_link_bytes: int
     bytes_within_hosts: int
     max_rank_bytes: int
     simulated_in_s: float
@@ -119,7 +125,8 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
              size: int | str, inter: tuple[float, float] | str = "12.5GB/s,2us",
              intra: tuple[float, float] | str = "20GB/s,0.3us",
              reduce_rate: float | str = "30GB/s", overhead: float | str = 0.0,
-             memory: float | str | None = None, placement: str = "block",
+             memory: float | str | None = None, groups: int = 1,
+             global_link: tuple[float, float] | str = "25GB/s,1us", placement: str = "block",
              node_major: bool = True) -> Result:
     """Simulate one ``collective`` of ``size`` bytes (float32, sum, root 0) with ``algorithm``
     on ``hosts`` x ``ranks_per_host`` ranks; see the module's description of the model."""
@@ -132,11 +139,14 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
     cpu = parse_latency(overhead) if isinstance(overhead, str) else overhead
     shared = (float("inf") if memory is None
               else parse_bandwidth(memory) if isinstance(memory, str) else float(memory))
+    wide = parse_link(global_link) if isinstance(global_link, str) else global_link
+    if not 1 <= groups <= hosts:
+        raise ValueError(f"groups must be between 1 and the {hosts} hosts, got {groups}")
     labels = placement_labels(hosts, ranks_per_host, placement)
     started = time.perf_counter()
-    seconds, sent, links, within = _core.simulate(
+    seconds, sent, links, within, globals_ = _core.simulate(
         collective, algorithm, labels, nbytes, intra, inter, 1.0 / rate, cpu, node_major,
-        shared)
+        shared, groups, wide)
     elapsed = time.perf_counter() - started
     loads = [load for link in links for load in link]
     return Result(
@@ -146,6 +156,8 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
         bytes=sum(b for _, b in sent),
         max_link_bytes=max(loads, default=0),
         mean_link_bytes=sum(loads) / len(loads) if loads else 0.0,
+        max_global_link_bytes=(max((load for link in globals_ for load in link), default=0)
+                               if groups > 1 else 0),
         bytes_within_hosts=within,
         max_rank_bytes=max((b for _, b in sent), default=0),
         simulated_in_s=elapsed,
@@ -174,9 +186,11 @@ def _human_seconds(value: float) -> str:
 
 
 def table(results: list[Result], skipped: dict[str, str]) -> str:
-    header = ["algorithm", "predicted", "max link", "mean link", "messages", "simulated in"]
+    header = ["algorithm", "predicted", "max link", "mean link", "max global", "messages",
+              "simulated in"]
     rows = [[r.algorithm, _human_seconds(r.predicted_s), _human_bytes(r.max_link_bytes),
-             _human_bytes(r.mean_link_bytes), str(r.messages), f"{r.simulated_in_s:.2f} s"]
+             _human_bytes(r.mean_link_bytes), _human_bytes(r.max_global_link_bytes),
+             str(r.messages), f"{r.simulated_in_s:.2f} s"]
             for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(header)]
@@ -232,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory", default=None,
                         help="each host's memory bandwidth, shared by its ranks "
                         "(default: no limit)")
+    parser.add_argument("--groups", type=int, default=1,
+                        help="groups of consecutive hosts with a global link each (default: 1)")
+    parser.add_argument("--global", dest="global_link", default="25GB/s,1us",
+                        help="each group's global link: BW,LATENCY (with --groups)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", help="draw the comparison into this file")
     return parser
@@ -244,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         inter, intra = parse_link(args.inter), parse_link(args.intra)
         rate, cpu = parse_bandwidth(args.reduce_rate), parse_latency(args.overhead)
         memory = None if args.memory is None else parse_bandwidth(args.memory)
+        wide = parse_link(args.global_link)
+        if not 1 <= args.groups <= args.hosts:
+            raise ValueError(f"--groups must be between 1 and the {args.hosts} hosts")
         nbytes = parse_size(args.size)
         placement_labels(args.hosts, args.ranks_per_host, args.placement)
         registered = algorithms(args.collective)
@@ -260,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(simulate(
                 args.collective, name, hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                 size=nbytes, inter=inter, intra=intra, reduce_rate=rate, overhead=cpu,
-                memory=memory, placement=args.placement, node_major=not args.rank_order))
+                memory=memory, groups=args.groups, global_link=wide,
+                placement=args.placement, node_major=not args.rank_order))
         except (ValueError, _core.RingletError) as error:
             if args.algorithm != "all":
                 print(f"error: {error}", file=sys.stderr)

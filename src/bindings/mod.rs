@@ -354,11 +354,10 @@ fn reduce(
 }
 
 /// One simulated `collective` of `nbytes` with `algorithm` on ranks placed on the nodes
-/// `labels` (see `ringlet.simulate`): (seconds, (messages, bytes) sent per rank, (out, in)
-/// bytes per node link, bytes that stayed inside nodes). `intra` and `inter` are (bandwidth in
-/// bytes per second, latency in seconds).
+/// `labels` (see `ringlet.simulate`). `intra`, `inter` and `global_link` are (bandwidth in bytes per
+/// second, latency in seconds); `groups` of consecutive nodes share a global link each.
 #[pyfunction]
-#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true, memory = f64::INFINITY))]
+#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true, memory = f64::INFINITY, groups = 1, global_link = (f64::INFINITY, 0.0)))]
 #[allow(clippy::too_many_arguments)]
 fn simulate(
     py: Python<'_>,
@@ -372,6 +371,8 @@ fn simulate(
     overhead: f64,
     node_major: bool,
     memory: f64,
+    groups: usize,
+    global_link: (f64, f64),
 ) -> PyResult<SimulatedRow> {
     let network = Network {
         intra: Link {
@@ -385,18 +386,31 @@ fn simulate(
         gamma,
         overhead,
         memory,
+        groups,
+        global: Link {
+            bandwidth: global_link.0,
+            latency: global_link.1,
+        },
     };
     let outcome = detached(py, || {
         crate::simulate::simulate_placed(
             collective, algorithm, &labels, nbytes, node_major, &network,
         )
     })?;
-    let links = outcome.link_bytes.iter().map(|l| (l[0], l[1])).collect();
-    Ok((outcome.seconds, outcome.sent, links, outcome.bytes_within))
+    let pairs = |v: &[[u64; 2]]| v.iter().map(|l| (l[0], l[1])).collect::<Vec<_>>();
+    let (links, groups) = (pairs(&outcome.link_bytes), pairs(&outcome.group_bytes));
+    Ok((
+        outcome.seconds,
+        outcome.sent,
+        links,
+        outcome.bytes_within,
+        groups,
+    ))
 }
 
-/// (seconds, (messages, bytes) per rank, (out, in) bytes per node link, bytes within nodes).
-type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64);
+/// (seconds, (messages, bytes) per rank, (out, in) bytes per node link, bytes within nodes,
+/// (out, in) bytes per group's global link).
+type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64, Vec<(u64, u64)>);
 
 /// The algorithms the simulator can run for `collective` (every registered one; some cannot
 /// run outside MPI or shared memory, and say so when simulated).

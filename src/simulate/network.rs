@@ -17,6 +17,11 @@
 //! memory as a message takes its turn on a link. Large messages on one node are bound by this,
 //! not by the cache-resident copy rate `intra.bandwidth` a calibration measures.
 //!
+//! Optionally the nodes form `groups` of consecutive nodes, each group with one global link to
+//! the others (the two-tier direct networks of Jain, Lau & Kale: PERCS, Dragonfly): a message
+//! between groups also reserves both groups' global links, runs at the slower of the rates, and
+//! pays both latencies.
+//!
 //! Ranks run their programs in simulated-time order (a discrete-event simulation): a send is
 //! timed when it is posted, a receive completes when its message has arrived, a wait blocks
 //! its rank until its request completes.
@@ -74,6 +79,11 @@ pub struct Network {
     pub overhead: f64,
     /// Bytes per second each node's memory moves, shared by its ranks (infinite: not modelled).
     pub memory: f64,
+    /// Groups of consecutive nodes (Jain, Lau & Kale's two-tier direct networks): a message
+    /// between groups also goes through its group's global link and the other's, at `global`.
+    /// 1: one group, no such tier.
+    pub groups: usize,
+    pub global: Link,
 }
 
 impl Network {
@@ -85,12 +95,15 @@ impl Network {
             self.inter.latency,
             self.gamma,
             self.overhead,
+            self.global.latency,
         ];
         if !finite.iter().all(|v| v.is_finite() && *v >= 0.0)
             || self.intra.bandwidth <= 0.0
             || self.inter.bandwidth <= 0.0
             || self.memory.is_nan()
             || self.memory <= 0.0
+            || self.global.bandwidth.is_nan()
+            || self.global.bandwidth <= 0.0
         {
             return Err(CoreError::InvalidArgument(format!(
                 "the network needs positive bandwidths and non-negative latencies, gamma and \
@@ -112,9 +125,24 @@ pub struct Outcome {
     pub link_bytes: Vec<[u64; 2]>,
     /// Payload bytes that stayed inside a node.
     pub bytes_within: u64,
+    /// Payload bytes each group's global link carried: `[out, in]` per group.
+    pub group_bytes: Vec<[u64; 2]>,
 }
 
 impl Outcome {
+    /// The busiest global link's bytes in one direction (0 with one group).
+    pub fn max_group_bytes(&self) -> u64 {
+        if self.group_bytes.len() <= 1 {
+            return 0;
+        }
+        self.group_bytes
+            .iter()
+            .flatten()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn messages(&self) -> u64 {
         self.sent.iter().map(|s| s.0).sum()
     }
@@ -198,11 +226,17 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
     // When each node's memory is next free, and the seconds one byte of memory traffic takes.
     let mut memory_free = vec![0.0f64; nodes.count()];
     let per_byte = 1.0 / network.memory; // 0 when memory is not modelled
+                                         // Groups of consecutive nodes, each with one global link (one group: no such tier).
+    let groups = network.groups.clamp(1, nodes.count().max(1));
+    let per_group = nodes.count().div_ceil(groups).max(1);
+    let group_of = |node: usize| node / per_group;
+    let mut group_free = vec![[0.0f64; 2]; groups];
     let mut outcome = Outcome {
         seconds: 0.0,
         sent: vec![(0, 0); n],
         link_bytes: vec![[0, 0]; nodes.count()],
         bytes_within: 0,
+        group_bytes: vec![[0, 0]; network.groups.clamp(1, nodes.count().max(1))],
     };
     let mut pairs = Pairs::default();
     let mut ranks: Vec<Rank> = programs
@@ -233,7 +267,7 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                 Op::Send { to, bytes, request } => {
                     let (to, now) = (to as usize, ranks[r].clock + network.overhead);
                     let (src_node, dst_node) = (nodes.of(r), nodes.of(to));
-                    let (link, free) = if src_node == dst_node {
+                    let (injected, latency) = if src_node == dst_node {
                         outcome.bytes_within += bytes;
                         let start = now
                             .max(port_free[r][0])
@@ -241,25 +275,38 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                             .max(memory_free[src_node]);
                         // The copy reads and writes each byte once.
                         memory_free[src_node] = start + 2.0 * bytes as f64 * per_byte;
-                        (network.intra, start)
+                        let done = (start + bytes as f64 / network.intra.bandwidth)
+                            .max(memory_free[src_node]);
+                        port_free[r][0] = done;
+                        port_free[to][1] = done;
+                        (done, network.intra.latency)
                     } else {
                         outcome.link_bytes[src_node][0] += bytes;
                         outcome.link_bytes[dst_node][1] += bytes;
-                        let start = now.max(link_free[src_node][0]).max(link_free[dst_node][1]);
-                        (network.inter, start)
+                        let mut start = now.max(link_free[src_node][0]).max(link_free[dst_node][1]);
+                        let mut rate = network.inter.bandwidth;
+                        let mut latency = network.inter.latency;
+                        let (src_group, dst_group) = (group_of(src_node), group_of(dst_node));
+                        if src_group != dst_group {
+                            // Between groups: also through each group's global link.
+                            outcome.group_bytes[src_group][0] += bytes;
+                            outcome.group_bytes[dst_group][1] += bytes;
+                            start = start
+                                .max(group_free[src_group][0])
+                                .max(group_free[dst_group][1]);
+                            rate = rate.min(network.global.bandwidth);
+                            latency += network.global.latency;
+                        }
+                        let done = start + bytes as f64 / rate;
+                        link_free[src_node][0] = done;
+                        link_free[dst_node][1] = done;
+                        if src_group != dst_group {
+                            group_free[src_group][0] = done;
+                            group_free[dst_group][1] = done;
+                        }
+                        (done, latency)
                     };
-                    let mut injected = free + bytes as f64 / link.bandwidth;
-                    if src_node == dst_node {
-                        injected = injected.max(memory_free[src_node]);
-                    }
-                    if src_node == dst_node {
-                        port_free[r][0] = injected;
-                        port_free[to][1] = injected;
-                    } else {
-                        link_free[src_node][0] = injected;
-                        link_free[dst_node][1] = injected;
-                    }
-                    let arrival = injected + link.latency;
+                    let arrival = injected + latency;
                     outcome.sent[r].0 += 1;
                     outcome.sent[r].1 += bytes;
                     ranks[r].clock = now;

@@ -120,3 +120,20 @@ def test_placement_and_node_major_order_show_in_the_link_load():
     assert dealt.predicted_s > 3 * block.predicted_s
     tiered = sim.simulate("allreduce", "two_tier", placement="round-robin", **common)
     assert tiered.max_link_bytes < block.max_link_bytes
+
+
+def test_groups_of_hosts_share_global_links():
+    common = {"hosts": 8, "ranks_per_host": 2, "size": "8M", "inter": "10GB/s,1us"}
+    flat = sim.simulate("allreduce", "ring", **common)
+    grouped = sim.simulate("allreduce", "ring", groups=4, global_link="1GB/s,5us", **common)
+    assert flat.max_global_link_bytes == 0
+    # A node-major ring leaves each group once per step: 2(N-1) steps of m/N out of each.
+    m, n = 8 << 20, 16
+    assert grouped.max_global_link_bytes == 2 * (n - 1) * m // n
+    assert grouped.predicted_s > 5 * flat.predicted_s  # the global links are 10x slower
+    with pytest.raises(ValueError, match="groups must be between 1 and the 8 hosts"):
+        sim.simulate("allreduce", "ring", groups=9, **common)
+    job = cli("--hosts", "8", "--groups", "4", "--global", "1GB/s,5us", "--size", "1M",
+              "--algorithm", "two_tier", "--json")
+    assert job.returncode == 0, job.stderr
+    assert json.loads(job.stdout)["max_global_link_bytes"] > 0
