@@ -6,11 +6,11 @@
 //! every other block back at the end. Blocks may differ in size per rank; the blocks of
 //! consecutive ranks that are adjacent in memory travel as one message.
 
+use super::exchange::{merged, shift};
 use super::halving_doubling::{real_rank, Role};
 use super::{largest_power_of_two, log2_floor, Algorithm, Allgather, Cost, Tuning};
 use crate::error::{CoreError, Result};
-use crate::transport::{Destination, Transport};
-use smallvec::SmallVec;
+use crate::transport::Transport;
 use std::ops::Range;
 
 pub struct DoublingAllgather;
@@ -109,68 +109,5 @@ fn exchange(
 ) -> Result<()> {
     let outgoing = merged(send.iter().map(|&r| blocks[r].clone()));
     let incoming = merged(recv.iter().map(|&r| blocks[r].clone()));
-    // Cut the buffer into the disjoint ranges, in memory order.
-    let mut all: Vec<(Range<usize>, bool)> = outgoing
-        .iter()
-        .map(|r| (r.clone(), true))
-        .chain(incoming.iter().map(|r| (r.clone(), false)))
-        .collect();
-    all.sort_by_key(|(r, _)| r.start);
-    let mut sends: SmallVec<[&[u8]; 2]> = SmallVec::new();
-    let mut recvs: SmallVec<[&mut [u8]; 2]> = SmallVec::new();
-    let mut rest: &mut [u8] = buf;
-    let mut offset = 0;
-    for (range, outgoing) in all {
-        let skip = range.start.checked_sub(offset).ok_or_else(|| {
-            CoreError::InvalidArgument("internal: overlapping allgather blocks".into())
-        })?;
-        let (piece, tail) = std::mem::take(&mut rest)
-            .get_mut(skip..)
-            .ok_or_else(|| CoreError::InvalidArgument("internal: block past the buffer".into()))?
-            .split_at_mut(range.len());
-        if outgoing {
-            sends.push(piece);
-        } else {
-            recvs.push(piece);
-        }
-        rest = tail;
-        offset = range.end;
-    }
-    // The pieces keep the order of their blocks' ranks on both sides: sort them back.
-    let order = |ranges: &[Range<usize>]| {
-        let mut idx: Vec<usize> = (0..ranges.len()).collect();
-        idx.sort_by_key(|&i| ranges[i].start);
-        idx
-    };
-    let sends = reorder(sends, &order(&outgoing));
-    let recvs = reorder(recvs, &order(&incoming));
-    match (sends.is_empty(), recvs.is_empty()) {
-        (true, true) => Ok(()),
-        (false, true) => transport.isend_pieces(&sends, peer)?.wait(),
-        (true, false) => transport.irecv_to(Destination::Pieces(recvs), peer)?.wait(),
-        (false, false) => transport.sendrecv_pieces(&sends, peer, Destination::Pieces(recvs), peer),
-    }
-}
-
-/// `ranges` in the given order, adjacent ones joined and empty ones left out (both sides of an
-/// exchange see the same blocks, so they cut alike).
-fn merged(ranges: impl Iterator<Item = Range<usize>>) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = Vec::new();
-    for range in ranges.filter(|r| !r.is_empty()) {
-        match out.last_mut() {
-            Some(last) if last.end == range.start => last.end = range.end,
-            _ => out.push(range),
-        }
-    }
-    out
-}
-
-/// Pieces cut in memory order (`memory_order[i]` is the index, in rank order, of the i-th
-/// piece in memory) back in rank order.
-fn reorder<T>(pieces: SmallVec<[T; 2]>, memory_order: &[usize]) -> SmallVec<[T; 2]> {
-    let mut slots: Vec<Option<T>> = (0..pieces.len()).map(|_| None).collect();
-    for (piece, &index) in pieces.into_iter().zip(memory_order) {
-        slots[index] = Some(piece);
-    }
-    slots.into_iter().flatten().collect()
+    shift(transport, buf, &outgoing, peer, &incoming, peer)
 }

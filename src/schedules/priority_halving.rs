@@ -11,12 +11,11 @@
 //! overlaps the transfer of the next (the paper: up to 7% at very large messages, worse below
 //! 256 KiB). Scratch: everything a rank receives, (p'-1)/p' of the vector.
 
-use super::recursive_halving::{
-    check_blocks, fold_in, fold_out, halves, halving_cost, merged, ranks_of,
-};
+use super::exchange::{cut, merged};
+use super::recursive_halving::{check_blocks, fold_in, fold_out, halves, halving_cost, ranks_of};
 use super::halving_doubling::real_rank;
 use super::{largest_power_of_two, log2_floor, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
-use crate::error::{CoreError, Result};
+use crate::error::Result;
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;
 use crate::transport::{Destination, Request, Transport};
@@ -162,31 +161,10 @@ fn finish(slot: &mut Pieces, pending: &mut Vec<Request>, reduction: &Reduction) 
 
 /// `buf` cut into the disjoint `ranges` of each slot, each slot's pieces in the order given.
 fn split<'a>(buf: &'a mut [u8], ranges: &[Vec<Range<usize>>]) -> Result<Vec<Pieces<'a>>> {
-    let mut order: Vec<(usize, usize, Range<usize>)> = ranges
+    let flat: Vec<Range<usize>> = ranges.iter().flatten().cloned().collect();
+    let mut pieces = cut(buf, &flat)?.into_iter();
+    Ok(ranges
         .iter()
-        .enumerate()
-        .flat_map(|(slot, list)| list.iter().enumerate().map(move |(i, r)| (slot, i, r.clone())))
-        .collect();
-    order.sort_by_key(|(_, _, r)| r.start);
-    let mut cut: Vec<Vec<(usize, &'a mut [u8])>> = ranges.iter().map(|_| Vec::new()).collect();
-    let (mut rest, mut offset) = (buf, 0);
-    for (slot, index, range) in order {
-        let skip = range.start.checked_sub(offset).ok_or_else(|| {
-            CoreError::InvalidArgument("internal: overlapping reduce-scatter blocks".into())
-        })?;
-        let (piece, tail) = std::mem::take(&mut rest)
-            .get_mut(skip..)
-            .ok_or_else(|| CoreError::InvalidArgument("internal: a block past the buffer".into()))?
-            .split_at_mut(range.len());
-        cut[slot].push((index, piece));
-        rest = tail;
-        offset = range.end;
-    }
-    Ok(cut
-        .into_iter()
-        .map(|mut pieces| {
-            pieces.sort_by_key(|(i, _)| *i);
-            pieces.into_iter().map(|(_, p)| p).collect()
-        })
+        .map(|list| pieces.by_ref().take(list.len()).collect())
         .collect())
 }

@@ -8,6 +8,7 @@
 //! rank below 2r (r = N - p') hands its whole vector to the odd rank above it, which stands for
 //! both in the core and hands the even rank its block at the end.
 
+use super::exchange::merged;
 use super::halving_doubling::{real_rank, Role};
 use super::{largest_power_of_two, log2_floor, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
 use crate::error::{CoreError, Result};
@@ -172,17 +173,4 @@ pub(crate) fn fold_out(transport: &dyn Transport, buf: &[u8], blocks: &[Range<us
         transport.isend(&buf[blocks[folded].clone()], folded)?.wait()?;
     }
     Ok(())
-}
-
-/// `ranges` in order, adjacent ones joined and empty ones left out (both sides of an exchange
-/// see the same blocks, so they cut alike).
-pub(crate) fn merged(ranges: impl Iterator<Item = Range<usize>>) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = Vec::new();
-    for range in ranges.filter(|r| !r.is_empty()) {
-        match out.last_mut() {
-            Some(last) if last.end == range.start => last.end = range.end,
-            _ => out.push(range),
-        }
-    }
-    out
 }

@@ -13,11 +13,11 @@
 //! between nodes, however the ranks were placed; no byte crosses a link twice. Blocks may
 //! differ in size and be empty; uneven nodes work. On one node it is the ring.
 
+use super::exchange::shift;
 use super::{ring, Algorithm, Allgather, Cost, Parts, Tiered, Tuning};
 use crate::error::{CoreError, Result};
 use crate::transport::view::View;
-use crate::transport::{Destination, Nodes, Transport};
-use smallvec::SmallVec;
+use crate::transport::{Nodes, Transport};
 use std::ops::Range;
 
 pub struct TwoTierAllgather;
@@ -143,56 +143,6 @@ fn cut(ranges: &[Range<usize>], k: usize, i: usize) -> Vec<Range<usize>> {
         offset += range.len();
     }
     out
-}
-
-/// Send the bytes of `send` to `to` while receiving those of `recv` from `from`, in place
-/// (the two sets disjoint; empty ranges are left out on both sides alike).
-fn shift(
-    transport: &dyn Transport,
-    buf: &mut [u8],
-    send: &[Range<usize>],
-    to: usize,
-    recv: &[Range<usize>],
-    from: usize,
-) -> Result<()> {
-    let mut all: Vec<(usize, bool, Range<usize>)> = send
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (i, true, r.clone()))
-        .chain(recv.iter().enumerate().map(|(i, r)| (i, false, r.clone())))
-        .filter(|(_, _, r)| !r.is_empty())
-        .collect();
-    all.sort_by_key(|(_, _, r)| r.start);
-    let mut outgoing: Vec<(usize, &[u8])> = Vec::new();
-    let mut incoming: Vec<(usize, &mut [u8])> = Vec::new();
-    let (mut rest, mut offset) = (buf, 0);
-    for (index, sending, range) in all {
-        let skip = range.start.checked_sub(offset).ok_or_else(|| {
-            CoreError::InvalidArgument("internal: overlapping allgather pieces".into())
-        })?;
-        let (piece, tail) = std::mem::take(&mut rest)
-            .get_mut(skip..)
-            .ok_or_else(|| CoreError::InvalidArgument("internal: a piece past the buffer".into()))?
-            .split_at_mut(range.len());
-        if sending {
-            outgoing.push((index, piece));
-        } else {
-            incoming.push((index, piece));
-        }
-        rest = tail;
-        offset = range.end;
-    }
-    // Both sides list the pieces in the order of the ranges they were given.
-    outgoing.sort_by_key(|(i, _)| *i);
-    incoming.sort_by_key(|(i, _)| *i);
-    let sends: SmallVec<[&[u8]; 2]> = outgoing.into_iter().map(|(_, p)| p).collect();
-    let recvs: SmallVec<[&mut [u8]; 2]> = incoming.into_iter().map(|(_, p)| p).collect();
-    match (sends.is_empty(), recvs.is_empty()) {
-        (true, true) => Ok(()),
-        (false, true) => transport.isend_pieces(&sends, to)?.wait(),
-        (true, false) => transport.irecv_to(Destination::Pieces(recvs), from)?.wait(),
-        (false, false) => transport.sendrecv_pieces(&sends, to, Destination::Pieces(recvs), from),
-    }
 }
 
 #[cfg(test)]
