@@ -202,7 +202,7 @@ def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
         for rank in range(1, size):
             log = reports / f"rank{rank}.log"
             if log.exists():
-                tail = log.read_text(errors="replace").splitlines()[-15:]
+                tail = log.read_text(errors="replace").splitlines()[-60:]
                 print(f"--- rank {rank} output, last lines ---\n" + "\n".join(tail))
         FAILED_TESTS.append(f"{size} ranks: {launcher.command} exited with {code} after every "
                             "test passed")
