@@ -1,6 +1,7 @@
 # ringlet: two commands do everything on a fresh machine (README):
 #   make run    install what is missing, build, run the main job
 #   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks)
+#   make docs   the documentation site into build/site (make test builds it too, strictly)
 # Both are idempotent; the second run only rebuilds what changed.
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
@@ -49,7 +50,7 @@ STAMPS := build/stamps/default
 else
 $(error MPICH=$(MPICH): use MPICH=1, or leave it unset for the default MPI (mpicc, mpirun))
 endif
-EXTRAS ?= test,bench,torch,demo
+EXTRAS ?= test,bench,torch,demo,jupyter,docs
 PYTHON := $(VENV)/bin/python
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
@@ -72,7 +73,7 @@ export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 # their installed extension.
 BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
 
-.PHONY: run quickstart test setup build test-rust test-python lint stubtest bench bench-train \
+.PHONY: run quickstart test setup build test-rust test-python lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	validate-simulator \
 	test-mpich test-mpich-quick mpich-quick-slice FORCE
@@ -187,6 +188,10 @@ memcheck: $(STAMPS)/system
 		every_supported_level broadcast long_messages pipelined_ring_with_many_small \
 		shm_both_paths_small
 
+# The documentation site, from docs/ and the docstrings, into build/site (warnings are errors).
+docs: setup
+	$(PYTHON) -m mkdocs build --strict
+
 lint: setup
 	$(VENV)/bin/ruff check python tests examples benchmarks tools
 
@@ -196,10 +201,12 @@ stubtest: setup
 
 # tests/failures launch jobs themselves; tests/tooling test the build tools (no MPI job);
 # tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
-# run each benchmark briefly and check what it reports.
+# run each benchmark briefly and check what it reports; tests/jupyter start ipyparallel MPI
+# engines and execute the tour notebook; tests/docs build the site (mkdocs build --strict).
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--plain tests/failures tests/tooling tests/structure tests/benchmarks --sizes $(TEST_SIZES) -q \
+		--plain tests/failures tests/tooling tests/structure tests/benchmarks tests/jupyter \
+		tests/docs --sizes $(TEST_SIZES) -q \
 		--color=no tests/python
 
 # The same targets against MPICH (its own stamps, venv and target directory).

@@ -1,5 +1,6 @@
-"""The layers stay separate: the Python package has no import cycles and ringlet.hvd uses only
-the public API; in the Rust core, each layer imports only from the layers below it."""
+"""The layers stay separate: the Python package has no import cycles and the wrappers
+(ringlet.hvd, ringlet.jupyter) use only the public API; in the Rust core, each layer imports only
+from the layers below it."""
 
 from __future__ import annotations
 
@@ -67,13 +68,19 @@ def test_the_python_package_has_no_import_cycles():
             visit(name, [name])
 
 
-def test_the_horovod_wrapper_uses_only_the_public_api():
+WRAPPERS = ("ringlet.hvd", "ringlet.jupyter")
+"""Pure adapters over the public API: the Horovod API, and the notebook helpers."""
+
+
+def test_the_wrappers_use_only_the_public_api():
     modules = python_modules()
-    for name, path in modules.items():
-        if not name.startswith("ringlet.hvd"):
-            continue
+    wrappers = [name for name in modules if name.startswith(WRAPPERS)]
+    assert {w for w in WRAPPERS if any(n.startswith(w) for n in wrappers)} == set(WRAPPERS)
+    for name in wrappers:
+        path = modules[name]
+        own = name.split(".")[:2]
         for imported in imports_of(path, modules):
-            assert imported == "ringlet" or imported.startswith("ringlet.hvd"), (
+            assert imported == "ringlet" or imported.split(".")[:2] == own, (
                 f"{name} imports {imported}, which is not ringlet's public API"
             )
         assert "_core" not in path.read_text(), f"{name} touches ringlet._core"

@@ -1,0 +1,484 @@
+"""ringlet from a Jupyter notebook: MPI engines in one line, and results brought back to show.
+
+    from ringlet import jupyter
+    cluster, view = jupyter.start(n=4)      # ipyparallel MPI engines, ringlet.init() on each
+    # ... %%px cells run on every engine; view.apply_sync(f) calls f on every engine ...
+    cluster.stop_cluster_sync()             # ipyparallel's own stop: engines, mpiexec, controller
+
+Everything runs on ipyparallel's own machinery (its ``Cluster``, its MPI engine launcher, its
+``DirectView``): nothing here launches a process. Needs the ``jupyter`` extra
+(``pip install "ringlet[jupyter]"``).
+
+The helpers (``run``, ``explain``, ``calibrate``, ``benchmark``) take the view and return plain
+objects that print as text and render as HTML tables in Jupyter; ``BenchmarkTable.plot`` draws
+with matplotlib. A failure on any engine comes back as one ``EngineError`` that says, rank by
+rank, what was raised.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ipyparallel
+    from matplotlib.axes import Axes
+
+__all__ = [
+    "BenchmarkTable",
+    "EngineError",
+    "Table",
+    "benchmark",
+    "calibrate",
+    "explain",
+    "run",
+    "start",
+]
+
+ROOT_VARIABLES = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+"""Open MPI refuses to start as root without these (notebooks in containers often run as root)."""
+
+OVERSUBSCRIBE_VARIABLES = {
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+}
+"""Open MPI refuses more ranks than cores unless told (set only when ``n`` exceeds the local
+cores and no hosts are given)."""
+
+
+def _ipyparallel() -> Any:
+    try:
+        import ipyparallel
+    except ImportError as error:
+        raise ImportError(
+            'ringlet.jupyter needs ipyparallel: pip install "ringlet[jupyter]"'
+        ) from error
+    return ipyparallel
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables that print as text and render as HTML
+
+
+@dataclass(repr=False)
+class Table:
+    """Rows under named columns: aligned text for ``print``, an HTML table in Jupyter."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    title: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def _cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+        return "-" if value is None else str(value)
+
+    def __str__(self) -> str:
+        cells = [self.columns, *[[self._cell(v) for v in row] for row in self.rows]]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        lines = [self.title] if self.title else []
+        numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in self.rows)
+                   for i in range(len(self.columns))]
+        for row in cells:
+            lines.append("  ".join(
+                text.rjust(width) if right else text.ljust(width)
+                for text, width, right in zip(row, widths, numeric)
+            ).rstrip())
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+    __repr__ = __str__  # Jupyter's text/plain
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(self._cell(v))}</td>" for v in row) + "</tr>"
+            for row in self.rows
+        )
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        notes = "".join(f"<p>{html.escape(n)}</p>" for n in self.notes)
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Starting engines
+
+
+def _mpi_flavor(mpiexec: str) -> str:
+    """'openmpi' or 'mpich', from what the launcher says of its version."""
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = done.stdout + done.stderr
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    if "HYDRA" in text or "MPICH" in text:
+        return "mpich"
+    return "unknown"
+
+
+def _host_arguments(hosts: str | Sequence[str], flavor: str) -> list[str]:
+    """mpiexec arguments that place the engines on ``hosts``: a hostfile's path, or host names
+    (``"node1:4"`` gives a host 4 slots)."""
+    if isinstance(hosts, (str, os.PathLike)) and Path(hosts).is_file():
+        return ["--hostfile", str(hosts)] if flavor == "openmpi" else ["-f", str(hosts)]
+    names = [hosts] if isinstance(hosts, str) else list(hosts)
+    if not names or not all(isinstance(h, str) and h for h in names):
+        raise ValueError(f"hosts must be a hostfile's path or a list of host names, not {hosts!r}")
+    if flavor == "openmpi":
+        return ["--host", ",".join(names)]
+    return ["-hosts", ",".join(names)]
+
+
+def _engine_info(init_kwargs: dict[str, Any]) -> tuple[int, int, str, int]:
+    """Runs on each engine: ringlet.init(), then who this engine is."""
+    import os
+    import socket
+
+    import ringlet
+
+    ringlet.init(**init_kwargs)
+    return ringlet.rank(), ringlet.size(), socket.gethostname(), os.getpid()
+
+
+def start(
+    n: int = 4,
+    hosts: str | Sequence[str] | None = None,
+    *,
+    mpi_args: Sequence[str] = (),
+    mpiexec: str = "mpiexec",
+    environment: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    progress: bool = True,
+    init_kwargs: dict[str, Any] | None = None,
+    **cluster_kwargs: Any,
+) -> tuple[ipyparallel.Cluster, ipyparallel.DirectView]:
+    """Start ``n`` ipyparallel engines under MPI, run ``ringlet.init()`` on each, and return
+    ``(cluster, view)``.
+
+    ``cluster`` is the ``ipyparallel.Cluster`` itself (``cluster.stop_cluster_sync()`` stops
+    engines, mpiexec and controller); ``view`` is a blocking ``DirectView`` on every engine, in
+    MPI rank order (``view.apply_sync(f)[r]`` is rank r's result), activated so that ``%%px``
+    cells run on it.
+
+    Args:
+        n: how many engines (MPI ranks).
+        hosts: where to run them: a hostfile's path, or a list of host names (``"node1:4"``
+            gives node1 four slots); passed to mpiexec as ``--hostfile``/``--host`` (Open MPI)
+            or ``-f``/``-hosts`` (MPICH). None runs them on this machine.
+        mpi_args: more mpiexec arguments (``["--map-by", "node"]``, a network interface).
+        mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``): the one
+            of the MPI ringlet was built against.
+        environment: variables for the engines. Running as root adds Open MPI's
+            ``OMPI_ALLOW_RUN_AS_ROOT*``; more engines than local cores, without hosts, adds
+            its oversubscription switches.
+        timeout: seconds to wait for every engine to register.
+        progress: show a progress bar while the engines start.
+        init_kwargs: keyword arguments for ``ringlet.init`` on each engine.
+        **cluster_kwargs: passed to ``ipyparallel.Cluster``: ``engines="slurm"`` (and
+            ``controller_ip="*"``) has ipyparallel submit the engines as a Slurm job run by
+            ``srun`` instead (untested here: no Slurm on the test machine); ``profile``,
+            ``cluster_id``, ``log_level``, ``engine_timeout`` and so on.
+
+    Raises:
+        ValueError: for a bad ``n`` or ``hosts``.
+        RuntimeError: if the engines did not all start (with what the launcher printed); the
+            cluster is stopped first.
+    """
+    ipp = _ipyparallel()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive number of engines, not {n!r}")
+    cluster_kwargs.setdefault("engines", "mpi")
+    # Errors only: a stop ends mpiexec by a signal, which ipyparallel's warnings would report with
+    # every engine's log. start() reports a failed start itself, with the launcher's output.
+    cluster_kwargs.setdefault("log_level", logging.ERROR)
+    mpi_engines = cluster_kwargs["engines"] == "mpi"
+    if hosts is not None and not mpi_engines:
+        raise ValueError(f"hosts applies to engines='mpi' only, not {cluster_kwargs['engines']!r}:"
+                         " give the other launcher its own options")
+    launcher: dict[str, Any] = {"environment": dict(environment or {})}
+    if mpi_engines:
+        command = shutil.which(mpiexec)
+        if command is None:
+            raise ValueError(f"no MPI launcher {mpiexec!r} on PATH: install MPI, or pass "
+                             "mpiexec= the launcher of the MPI ringlet was built against")
+        flavor = _mpi_flavor(command)
+        arguments = [] if hosts is None else _host_arguments(hosts, flavor)
+        launcher["mpi_cmd"] = [command]
+        launcher["mpi_args"] = [*arguments, *mpi_args]
+        if flavor == "openmpi":
+            extra = dict(ROOT_VARIABLES) if os.geteuid() == 0 else {}
+            if hosts is None and n > (os.cpu_count() or 1):
+                extra.update(OVERSUBSCRIBE_VARIABLES)
+            launcher["environment"] = {**extra, **launcher["environment"]}
+
+    cluster = ipp.Cluster(n=n, **cluster_kwargs)
+    try:
+        cluster.start_controller_sync()
+        cluster.start_engines_sync(n=n, **launcher)
+        client = cluster.connect_client_sync()
+        try:
+            client.wait_for_engines(n, timeout=timeout, interactive=progress)
+        except TimeoutError as error:
+            output = "\n".join(
+                engine_set.get_output() for engine_set in cluster.engines.values()
+                if hasattr(engine_set, "get_output")
+            ).strip()
+            raise RuntimeError(
+                f"{len(client.ids)} of {n} engines registered within {timeout:g} s"
+                + (f"; the launcher printed:\n{output}" if output else "")
+            ) from error
+        info = client[:].apply_sync(_engine_info, dict(init_kwargs or {}))
+    except BaseException:
+        cluster.stop_cluster_sync()
+        raise
+    by_rank = sorted(zip(client.ids, info), key=lambda pair: pair[1][0])
+    view = client[[engine for engine, _ in by_rank]]
+    view.block = True
+    if _in_ipython():
+        view.activate()
+    return cluster, view
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling every engine
+
+
+class EngineError(RuntimeError):
+    """One or more engines raised. ``errors`` maps each failing rank to (exception type name,
+    message); the message of this exception lists them, one rank per line."""
+
+    def __init__(self, what: str, errors: dict[int, tuple[str, str]]):
+        self.errors = errors
+        # Ranks that raised the same thing (a MismatchError reaches every rank) share a line.
+        ranks_by_error: dict[tuple[str, str], list[int]] = {}
+        for rank, error in sorted(errors.items()):
+            ranks_by_error.setdefault(error, []).append(rank)
+        lines = [f"{what} failed on {len(errors)} rank{'s' if len(errors) != 1 else ''}:"]
+        for (name, message), ranks in ranks_by_error.items():
+            label = "rank" if len(ranks) == 1 else "ranks"
+            lines.append(f"  {label} {', '.join(map(str, ranks))}: {name}: {message}")
+        super().__init__("\n".join(lines))
+
+
+def _engine_errors(view: ipyparallel.DirectView,
+                   error: BaseException) -> dict[int, tuple[str, str]]:
+    """Rank -> (type name, message) from ipyparallel's CompositeError or RemoteError."""
+    ranks = {engine: rank for rank, engine in enumerate(_targets(view))}
+    errors = getattr(error, "elist", None)
+    if errors is None:
+        errors = [(error.ename, error.evalue, None, error.engine_info)]
+    found: dict[int, tuple[str, str]] = {}
+    for name, message, _traceback, engine_info in errors:
+        engine = (engine_info or {}).get("engine_id", -1)
+        found[ranks.get(engine, engine)] = (name, message)
+    return found
+
+
+def _targets(view: ipyparallel.DirectView) -> list[int]:
+    targets = view.targets
+    return list(targets) if isinstance(targets, (list, tuple)) else view.client.ids
+
+
+def run(view: ipyparallel.DirectView, function: Callable[..., Any], *args: Any,
+        **kwargs: Any) -> list[Any]:
+    """Call ``function(*args, **kwargs)`` on every engine of ``view`` and return the results in
+    the view's order (rank order for a view from ``start``).
+
+    Raises:
+        EngineError: if it raised on any engine; it names each rank's exception and message
+            (a ``MismatchError`` reaches every rank, so every rank is listed).
+    """
+    ipp = _ipyparallel()
+    name = getattr(function, "__name__", "the call")
+    try:
+        return list(view.apply_sync(function, *args, **kwargs))
+    except (ipp.error.CompositeError, ipp.error.RemoteError) as error:
+        raise EngineError(name, _engine_errors(view, error)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Explain and calibrate
+
+
+def _explain_on_engine(x_or_nbytes: Any, op: str, dtype: str | None) -> Any:
+    import contextlib
+    import io
+
+    import ringlet
+
+    with contextlib.redirect_stdout(io.StringIO()):  # the table comes back; no echo
+        return ringlet.explain(x_or_nbytes, op, dtype)
+
+
+def explain(view: ipyparallel.DirectView, x_or_nbytes: Any, op: str = "sum",
+            dtype: str | None = None) -> Table:
+    """``ringlet.explain`` on the engines, as a table: each candidate algorithm's model,
+    measured correction, predicted and simulated time, and the choice, from rank 0's view."""
+    explanation = run(view, _explain_on_engine, x_or_nbytes, op, dtype)[0]
+    rows = [
+        [c.algorithm, c.model_us, c.correction, c.predicted_us, c.simulated_us,
+         "chosen" if c.algorithm == explanation.choice else ""]
+        for c in explanation.candidates
+    ]
+    return Table(
+        ["algorithm", "model us", "measured/model", "predicted us", "simulated us", ""],
+        rows,
+        title=str(explanation).splitlines()[0],
+        notes=[f"choice: {explanation.choice} ({explanation.reason})",
+               f"parameters: {explanation.parameters}"],
+    )
+
+
+def _calibrate_on_engine() -> dict[str, Any]:
+    import dataclasses
+
+    import ringlet
+
+    return dataclasses.asdict(ringlet.calibrate())
+
+
+def _wait(result: Any, description: str, expected_seconds: float, progress: bool) -> None:
+    """Wait for an ipyparallel AsyncResult, with a progress bar in seconds when asked."""
+    if not progress:
+        result.wait()
+        return
+    from tqdm.auto import tqdm
+
+    started = time.monotonic()
+    with tqdm(total=round(expected_seconds, 1), desc=description, unit="s",
+              bar_format="{desc}: {bar} {elapsed}") as bar:
+        while not result.ready():
+            result.wait(0.2)
+            bar.n = round(min(time.monotonic() - started, expected_seconds), 1)
+            bar.refresh()
+        bar.n = bar.total
+        bar.refresh()
+
+
+def calibrate(view: ipyparallel.DirectView, progress: bool = True) -> Table:
+    """Run ringlet's calibration on every engine (collective), with a progress bar, and return
+    the measured parameters as a table (calibration is bounded to a few seconds)."""
+    import ringlet
+
+    result = view.apply_async(_calibrate_on_engine)
+    _wait(result, "calibrating", ringlet.selector.CALIBRATION_BUDGET, progress)
+    ipp = _ipyparallel()
+    try:
+        parameters = result.get()[0]
+    except (ipp.error.CompositeError, ipp.error.RemoteError) as error:
+        raise EngineError("calibrate", _engine_errors(view, error)) from None
+    shown = {k: v for k, v in parameters.items() if isinstance(v, (int, float, str))}
+    return Table(["parameter", "value"], [[k, v] for k, v in shown.items()],
+                 title="ringlet calibration (rank 0)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark
+
+
+def _benchmark_on_engine(nbytes: int, dtype: str, repeats: int,
+                         algorithms: list[str]) -> dict[str, float]:
+    """Runs on each engine: median seconds per candidate, interleaved, rank 0's clock; 'mpi' is
+    mpi4py's MPI_Allreduce in place on the same buffer."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import ringlet
+
+    comm = MPI.COMM_WORLD
+    x = np.ones(max(nbytes // np.dtype(dtype).itemsize, 1), dtype=dtype)
+    calls: dict[str, Callable[[], Any]] = {
+        a: (lambda a=a: ringlet.allreduce(x, algorithm=a)) for a in algorithms
+    }
+    calls["mpi"] = lambda: comm.Allreduce(MPI.IN_PLACE, x)
+    for call in calls.values():  # warm up (and calibrate, for auto)
+        call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            comm.Barrier()
+            started = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+@dataclass(repr=False)
+class BenchmarkTable(Table):
+    """Median allreduce times per message size: one column per candidate, in microseconds,
+    and ringlet's ratio to native MPI; ``plot()`` draws them."""
+
+    sizes: list[int] = field(default_factory=list)
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def plot(self, ax: Axes | None = None) -> Axes:
+        """Time against message size, log-log, one line per candidate. Returns the axes."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+        for name, values in self.seconds.items():
+            ax.plot(self.sizes, [v * 1e6 for v in values], marker="o",
+                    label="MPI_Allreduce (mpi4py)" if name == "mpi" else f"ringlet {name}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("median time (us)")
+        ax.set_title(self.title)
+        ax.legend()
+        return ax
+
+
+def benchmark(
+    view: ipyparallel.DirectView,
+    sizes: Sequence[int] = (1 << 10, 1 << 14, 1 << 18, 1 << 22),
+    dtype: str = "float32",
+    repeats: int = 20,
+    algorithms: Sequence[str] = ("auto",),
+    progress: bool = True,
+) -> BenchmarkTable:
+    """Time ``ringlet.allreduce`` (each of ``algorithms``) against mpi4py's native
+    ``MPI_Allreduce`` on the engines, interleaved, ``repeats`` times per size; return the
+    medians as a table (``.plot()`` draws them). A progress bar counts the sizes."""
+    if repeats < 1 or not sizes or any(int(s) < 1 for s in sizes):
+        raise ValueError("benchmark needs positive sizes and repeats >= 1")
+    from tqdm.auto import tqdm
+
+    names = [*algorithms, "mpi"]
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for nbytes in tqdm(list(sizes), desc="benchmark", unit="size", disable=not progress):
+        medians = run(view, _benchmark_on_engine, int(nbytes), dtype, repeats, list(algorithms))
+        for name in names:
+            seconds[name].append(medians[0][name])
+    rows = [
+        [nbytes, *[seconds[name][i] * 1e6 for name in names],
+         *[seconds[a][i] / seconds["mpi"][i] for a in algorithms]]
+        for i, nbytes in enumerate(sizes)
+    ]
+    columns = ["bytes", *[f"{n} us" for n in names], *[f"{a} / mpi" for a in algorithms]]
+    return BenchmarkTable(
+        columns, rows, title=f"allreduce {dtype} sum on {len(_targets(view))} ranks, medians",
+        sizes=[int(s) for s in sizes], seconds=seconds,
+    )

@@ -1,0 +1,161 @@
+"""ringlet.jupyter.start: MPI engines from ipyparallel, ringlet initialized on each, results and
+errors brought back, and nothing left running after ipyparallel's own stop.
+
+The functions sent to the engines are marked ``interactive`` (ipyparallel's way to send them by
+value, as a notebook's own functions are: the engines cannot import this test module)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ipyparallel import interactive
+
+from ringlet import jupyter
+
+from conftest import processes_of_cluster, wait_until_gone
+
+
+@interactive
+def identity():
+    import os
+
+    import ringlet
+
+    return ringlet.rank(), ringlet.size(), ringlet.is_initialized(), os.getpid()
+
+
+@interactive
+def rank_dependent_sum():
+    import numpy as np
+
+    import ringlet
+
+    x = np.arange(8, dtype=np.float64) * (ringlet.rank() + 1)
+    return ringlet.allreduce(x)
+
+
+@interactive
+def mismatched_allreduce():
+    import numpy as np
+
+    import ringlet
+
+    return ringlet.allreduce(np.ones(4 + ringlet.rank(), np.float32))
+
+
+@interactive
+def fails_on_rank_one():
+    import ringlet
+
+    if ringlet.rank() == 1:
+        raise ValueError("only rank 1 objects")
+    return ringlet.rank()
+
+
+@pytest.fixture(scope="module")
+def two_engines():
+    cluster, view = jupyter.start(n=2, progress=False, timeout=90)
+    yield cluster, view
+    cluster.stop_cluster_sync()
+
+
+def test_start_initializes_every_engine_in_rank_order(two_engines):
+    cluster, view = two_engines
+    ranks = jupyter.run(view, identity)
+    assert [(r, s, ok) for r, s, ok, _ in ranks] == [(0, 2, True), (1, 2, True)]
+    assert len(view) == 2 and view.block
+    assert processes_of_cluster(cluster.cluster_id), "no process carries the cluster's id"
+
+
+def test_run_returns_each_ranks_result_and_the_allreduce_is_right(two_engines):
+    _, view = two_engines
+    results = jupyter.run(view, rank_dependent_sum)
+    expected = np.arange(8, dtype=np.float64) * 3
+    assert len(results) == 2
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_a_mismatch_reaches_the_notebook_from_every_rank_and_the_ranks_stay_in_step(two_engines):
+    _, view = two_engines
+    with pytest.raises(jupyter.EngineError) as caught:
+        jupyter.run(view, mismatched_allreduce)
+    assert sorted(caught.value.errors) == [0, 1]
+    assert {name for name, _ in caught.value.errors.values()} == {"MismatchError"}
+    message = str(caught.value)
+    assert message.startswith("mismatched_allreduce failed on 2 ranks:")
+    assert "ranks 0, 1: MismatchError:" in message and "float32[4]" in message
+    for result in jupyter.run(view, rank_dependent_sum):
+        np.testing.assert_array_equal(result, np.arange(8, dtype=np.float64) * 3)
+
+
+def test_an_error_on_one_rank_names_that_rank(two_engines):
+    _, view = two_engines
+    with pytest.raises(jupyter.EngineError) as caught:
+        jupyter.run(view, fails_on_rank_one)
+    assert caught.value.errors == {1: ("ValueError", "only rank 1 objects")}
+    assert "rank 1: ValueError: only rank 1 objects" in str(caught.value)
+
+
+def test_explain_and_benchmark_tables_render_as_text_and_html(two_engines):
+    _, view = two_engines
+    table = jupyter.explain(view, 1 << 16)
+    chosen = [row[0] for row in table.rows if row[-1] == "chosen"]
+    assert len(chosen) == 1 and chosen[0] in jupyter.run(view, _algorithms)[0]
+    assert "<table>" in table._repr_html_() and chosen[0] in str(table)
+    bench = jupyter.benchmark(view, sizes=[1024, 65536], repeats=3, progress=False)
+    assert bench.sizes == [1024, 65536]
+    assert set(bench.seconds) == {"auto", "mpi"}
+    assert all(s > 0 for values in bench.seconds.values() for s in values)
+    assert "auto / mpi" in bench._repr_html_()
+    axes = bench.plot()
+    assert len(axes.get_lines()) == 2
+
+
+@interactive
+def _algorithms():
+    import ringlet
+
+    return ringlet.algorithms()
+
+
+def test_stop_leaves_no_process_behind():
+    cluster, view = jupyter.start(n=3, progress=True, timeout=90)
+    pids = [pid for *_, pid in jupyter.run(view, identity)]
+    assert len(set(pids)) == 3
+    running = processes_of_cluster(cluster.cluster_id)
+    assert set(pids) <= {pid for pid, _ in running}
+    cluster.stop_cluster_sync()
+    assert wait_until_gone(cluster.cluster_id) == []
+
+
+def test_hosts_are_passed_to_mpiexec():
+    cluster, view = jupyter.start(n=2, hosts=["localhost:2"], progress=False, timeout=90)
+    try:
+        assert [r for r, *_ in jupyter.run(view, identity)] == [0, 1]
+    finally:
+        cluster.stop_cluster_sync()
+    assert wait_until_gone(cluster.cluster_id) == []
+
+
+def test_engines_that_cannot_start_raise_with_the_launchers_words_and_leave_nothing():
+    with pytest.raises(RuntimeError, match=r"0 of 2 engines registered") as caught:
+        jupyter.start(n=2, mpi_args=["--no-such-mpiexec-option"], progress=False, timeout=20,
+                      cluster_id="ringlet-test-broken")
+    assert "no-such-mpiexec-option" in str(caught.value)
+    assert wait_until_gone("ringlet-test-broken") == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n": 0}, "n must be a positive number of engines"),
+        ({"n": 2.5}, "n must be a positive number of engines"),
+        ({"n": 2, "hosts": ["node1"], "engines": "slurm"}, "hosts applies to engines='mpi' only"),
+        ({"n": 2, "hosts": [""]}, "hosts must be a hostfile's path or a list of host names"),
+        ({"n": 2, "mpiexec": "no-such-mpiexec"}, "no MPI launcher 'no-such-mpiexec' on PATH"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        jupyter.start(progress=False, **kwargs)
