@@ -89,14 +89,16 @@ def batch(shape: tuple[int, ...], step: int) -> tuple[torch.Tensor, torch.Tensor
 
 @dataclass
 class Variant:
-    """ringlet run another way: how its comm thread waits, how large its buckets are."""
+    """ringlet run another way: how its comm thread waits, how large its buckets are, whether
+    its gradients live in shared memory."""
 
     wait: tuple[int, int] | None = None  # (spin_us, max_sleep_us); None: the default
     fusion_threshold: str | None = None  # RINGLET_FUSION_THRESHOLD; None: the model's
+    shared_gradients: bool = False  # DistributedOptimizer(shared_gradients=True)
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """``spin=1000,sleep=0,buckets=64M`` (each optional)."""
+        """``spin=1000,sleep=0,buckets=64M,shared=1`` (each optional)."""
         fields = dict(item.split("=", 1) for item in spec.split(",") if item)
         wait = None
         if "spin" in fields or "sleep" in fields:
@@ -107,7 +109,7 @@ class Variant:
             units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
             scale = units.get(buckets[-1].upper(), 1)
             buckets = str(int(buckets.rstrip("KkMmGg")) * scale)
-        return cls(wait, buckets)
+        return cls(wait, buckets, fields.get("shared", "0") not in ("0", ""))
 
 
 @dataclass
@@ -170,7 +172,8 @@ def build_paths(name: str, variants: dict[str, Variant]) -> dict[str, Path]:
         if path.startswith("ringlet"):
             with _environment("RINGLET_FUSION_THRESHOLD", variant.fusion_threshold):
                 optimizer = hvd.DistributedOptimizer(
-                    optimizer, named_parameters=model.named_parameters())
+                    optimizer, named_parameters=model.named_parameters(),
+                    shared_gradients=variant.shared_gradients)
         paths[path] = Path(path, model, optimizer, shape, variant)
     return paths
 
@@ -290,7 +293,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per path first")
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=SPEC",
-        help="another ringlet path, e.g. spinning=spin=1000,sleep=0 or one-bucket=buckets=64M")
+        help="another ringlet path, e.g. spinning=spin=1000,sleep=0, one-bucket=buckets=64M or "
+             "shared=shared=1 (gradients in shared memory)")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--plot", help="write a bar chart of the step breakdown here (PNG)")
     args = parser.parse_args()

@@ -100,7 +100,8 @@ def _data(steps: int, batch: int, size: int):
     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
     lambda ps: torch.optim.Adam(ps, lr=0.01),
 ], ids=["sgd_momentum", "adam"])
-@pytest.mark.parametrize("options", [{}, {"groups": 2}, {"compression": None}])
+@pytest.mark.parametrize("options", [{}, {"groups": 2}, {"compression": None},
+                                     {"shared_gradients": True}])
 def test_training_matches_one_process_on_the_combined_batch(rank, size, make, options):
     steps, batch = 5, 4
     x, y = _data(steps, batch, size)
@@ -168,6 +169,60 @@ def test_misuse_raises_as_horovod_does(size):
     with pytest.raises(ValueError, match="gradient_predivide_factor"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
+
+
+def _local_gradients(model, x) -> list[np.ndarray]:
+    """This rank's own gradients of model(x).sum(), from a copy (the optimizer's hooks may
+    already be reducing the model's own gradients in place)."""
+    reference = copy.deepcopy(model)
+    reference.zero_grad(set_to_none=True)
+    reference(x).sum().backward()
+    return [p.grad.numpy().copy() for p in reference.parameters()]
+
+
+def _assert_averaged(model, local: list[np.ndarray]) -> None:
+    every = MPI.COMM_WORLD.allgather(local)
+    for i, p in enumerate(model.parameters()):
+        expected = np.mean([grads[i] for grads in every], axis=0)
+        np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_shared_gradients_live_in_shared_memory_and_are_reduced_there(rank, size):
+    import ringlet
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         shared_gradients=True, groups=1)
+    shared = ringlet.shared_memory().available
+    assert shared == (size > 1), ringlet.shared_memory()
+    storage = [p.grad for p in model.parameters()]
+    (flat,) = optimizer._shared_arrays  # one bucket, one buffer; every .grad a view of it
+    assert ringlet.is_shared(flat) == shared and flat.size == sum(g.numel() for g in storage)
+    start, end = flat.ctypes.data, flat.ctypes.data + flat.nbytes
+    for p in model.parameters():
+        assert start <= p.grad.data_ptr() < end and not p.grad.any()
+    x = torch.arange(20, dtype=torch.float32).reshape(2, 10) / 10 * (rank + 1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        assert all(p.grad is g and not g.any() for p, g in zip(model.parameters(), storage))
+        local = _local_gradients(model, x)
+        ringlet.reset_stats()
+        model(x).sum().backward()
+        optimizer.synchronize()
+        _assert_averaged(model, local)
+        if shared:  # one reduction of the whole bucket, in place: nothing packed
+            assert "pack" not in ringlet.stats() and sum(
+                u["calls"] for u in ringlet.stats().values()) == 1, ringlet.stats()
+        with optimizer.skip_synchronize():
+            optimizer.step()
+    # A replaced gradient takes its bucket off the shared path; it is still averaged.
+    optimizer.zero_grad()
+    local = _local_gradients(model, x)
+    model[0].bias.grad = torch.zeros_like(model[0].bias)  # before backward accumulates into it
+    model(x).sum().backward()
+    optimizer.synchronize()
+    _assert_averaged(model, local)
+    assert not (start <= model[0].bias.grad.data_ptr() < end)
 
 
 def test_unused_parameters_are_reduced_as_zeros(rank, size):

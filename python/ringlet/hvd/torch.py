@@ -476,7 +476,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Any, named_parameters: Any, compression: Any,
                  backward_passes_per_step: int, op: Any, gradient_predivide_factor: float,
-                 groups: Any, sparse_as_dense: bool, process_set: Any) -> None:
+                 groups: Any, sparse_as_dense: bool, process_set: Any,
+                 shared_gradients: bool = False) -> None:
         super(self.__class__, self).__init__(params)
         self._compression = compression
         self._op = _op_name(None, op)
@@ -499,8 +500,52 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self.timeline = Timeline.from_environment()
         """Per-step times (RINGLET_TIMELINE), or None."""
+        self._shared: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        """Bucket -> (its flat gradient storage in ringlet's shared memory, each parameter's
+        view of it), for the buckets that ``shared_gradients`` could place there."""
+        self._shared_arrays: list[np.ndarray] = []
+        """The same storage as NumPy arrays (``ringlet.is_shared`` tells where it lives)."""
+        if shared_gradients:
+            self._place_gradients(_ringlet_set(process_set))
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_gradient)
+
+    def _place_gradients(self, process_set: ringlet.ProcessSet | None) -> None:
+        """Give each bucket whose parameters share a float dtype one flat gradient buffer in
+        the node's shared memory (``ringlet.empty``, collective: every rank has the same
+        buckets), each parameter's ``.grad`` a view of it. backward() accumulates into the
+        views in place, and the bucket's allreduce reads the peers' buffers where they lie."""
+        for bucket, members in enumerate(self._buckets):
+            dtypes = {p.dtype for p in members}
+            if len(dtypes) != 1 or dtypes.pop() not in _SHAREABLE or any(
+                    p.grad is not None and p.grad.is_sparse for p in members):
+                continue
+            total = sum(p.numel() for p in members)
+            storage = ringlet.empty(total, _SHAREABLE[members[0].dtype], process_set=process_set)
+            storage[...] = 0
+            flat = torch.from_numpy(storage)
+            views, offset = [], 0
+            for p in members:
+                view = flat[offset:offset + p.numel()].view_as(p)
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+                views.append(view)
+                offset += p.numel()
+            self._shared[bucket] = (flat, views)
+            self._shared_arrays.append(storage)
+
+    def _shared_storage(self, bucket: int) -> torch.Tensor | None:
+        """The bucket's flat shared buffer, if every gradient of it still lives there (the user
+        may have replaced a ``.grad``)."""
+        placed = self._shared.get(bucket)
+        if placed is None:
+            return None
+        flat, views = placed
+        for p, view in zip(self._buckets[bucket], views):
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                return None
+        return flat
 
     def _on_gradient(self, p: torch.Tensor) -> None:
         key = id(p)
@@ -517,6 +562,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._launch(bucket)
 
     def _launch(self, bucket: int) -> None:
+        flat = self._shared_storage(bucket)
+        if flat is not None:  # one array, in shared memory: reduced in place, no packing
+            submitted = time.perf_counter()
+            handle = _api.grouped_allreduce_async_(
+                [flat], op=_OPS[self._op], prescale_factor=self._prescale,
+                postscale_factor=self._postscale, compression=self._compression,
+                process_set=self._process_set,
+            )
+            self._handles[bucket] = _GradientHandle(handle, [], [])
+            if self.timeline is not None:
+                nbytes = flat.numel() * flat.element_size()
+                self.timeline.launched(bucket, nbytes, submitted, self._handles[bucket])
+            return
         grads, sparse, densified = [], [], []
         for p in self._buckets[bucket]:
             if p.grad is None:  # unused this step here, maybe used elsewhere: reduce zeros
@@ -599,10 +657,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                 "cause a race condition."
             )
-        return super(self.__class__, self).zero_grad(set_to_none)
+        super(self.__class__, self).zero_grad(set_to_none)
+        for bucket, (flat, views) in self._shared.items():  # the storage stays; zeros in it
+            flat.zero_()
+            for p, view in zip(self._buckets[bucket], views):
+                p.grad = view
 
 
 _OPS = {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}
+_SHAREABLE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+"""Gradient dtypes that shared_gradients can place in shared memory (NumPy has them)."""
 
 
 def _parameter_names(param_groups: list[dict[str, Any]],
@@ -662,12 +726,21 @@ def DistributedOptimizer(
     groups: Any = None,
     sparse_as_dense: bool = False,
     process_set: Any = global_process_set,
+    shared_gradients: bool = False,
 ) -> torch.optim.Optimizer:
     """Wrap ``optimizer`` so that ``step()`` uses gradients averaged over all ranks (or over
     ``process_set``'s, on its members).
 
     Gradients are allreduced (fused, in ringlet's background thread) as soon as backward()
-    produces them; ``step()`` waits for them first. Arguments as in Horovod.
+    produces them; ``step()`` waits for them first. Arguments as in Horovod, and one of
+    ringlet's own:
+
+    ``shared_gradients=True`` (collective) keeps each fusion bucket's gradients in one flat
+    buffer in the node's shared memory, every ``.grad`` a view of it, so that each bucket's
+    allreduce reads the other ranks' gradients where they lie (no packing, no copy-in).
+    ``zero_grad()`` then zeroes that storage instead of dropping it. It applies to buckets of
+    one float dtype (float32, float64, float16) where the ranks share a node; elsewhere, and
+    for a bucket whose ``.grad`` was replaced, gradients are reduced as usual.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -681,7 +754,7 @@ def DistributedOptimizer(
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                op, gradient_predivide_factor, groups if groups is not None else num_groups,
-               sparse_as_dense, process_set)
+               sparse_as_dense, process_set, shared_gradients)
 
 
 __all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state",
