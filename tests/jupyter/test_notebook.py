@@ -4,7 +4,9 @@ gone afterwards. The repository keeps the notebook without outputs."""
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -44,9 +46,19 @@ def test_the_notebook_is_kept_without_outputs():
 def executed(tmp_path_factory):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     workdir = tmp_path_factory.mktemp("tour")
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(workdir)}})
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, on any error
+    # A kernel of this very Python (the venv with the freshly built ringlet), whatever other
+    # "python3" kernels the machine's Jupyter paths may hold.
+    kernels = tmp_path_factory.mktemp("jupyter") / "kernels" / "ringlet-test"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "ringlet test", "language": "python",
+    }))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_PATH", str(kernels.parents[1]))
+        client = NotebookClient(notebook, timeout=300, kernel_name="ringlet-test",
+                                resources={"metadata": {"path": str(workdir)}})
+        client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
     return notebook
 
 
