@@ -154,6 +154,7 @@ def _abort_on_uncaught_exceptions() -> None:
 
 
 def is_initialized() -> bool:
+    """Whether ``ringlet.init()`` has run in this process (and ``shutdown()`` has not)."""
     return _core.is_initialized()
 
 
@@ -233,6 +234,7 @@ def stats() -> dict[str, dict[str, float]]:
 
 
 def reset_stats() -> None:
+    """Start ``stats()`` over from zero (this process only)."""
     _core.reset_stats()
 
 

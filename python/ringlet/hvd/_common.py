@@ -18,6 +18,8 @@ import ringlet
 
 
 class ReduceOp(IntEnum):
+    """Horovod's reduction operations (``hvd.Average``, ``hvd.Sum``, ``hvd.Min``, ...)."""
+
     Average = 0
     Sum = 1
     Adasum = 2
@@ -90,6 +92,8 @@ _WIRE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class Compression:
+    """Horovod's gradient compressors: ``none``, ``fp16`` and ``bf16`` (16-bit on the wire)."""
+
     none = NoneCompressor
     fp16 = FP16Compressor
     bf16 = BF16Compressor
@@ -402,59 +406,73 @@ class Horovod:
 
     @staticmethod
     def local_rank() -> int:
+        """This rank's index among the ranks on its host (from ``ringlet.topology()``)."""
         return ringlet.topology().local_rank
 
     @staticmethod
     def local_size() -> int:
+        """How many ranks run on this rank's host."""
         return ringlet.topology().local_size
 
     @staticmethod
     def cross_rank() -> int:
+        """This rank's index among the ranks with the same local rank, one per host."""
         return ringlet.topology().cross_rank
 
     @staticmethod
     def cross_size() -> int:
+        """How many hosts have a rank with this rank's local rank."""
         return ringlet.topology().cross_size
 
     @staticmethod
     def mpi_threads_supported() -> bool:
+        """Whether MPI runs at MPI_THREAD_MULTIPLE."""
         return ringlet.thread_level() == "multiple"
 
     @staticmethod
     def mpi_enabled() -> bool:
+        """True: ringlet runs on MPI."""
         return True
 
     @staticmethod
     def mpi_built() -> bool:
+        """True: ringlet is built on MPI."""
         return True
 
     @staticmethod
     def gloo_enabled() -> bool:
+        """False: ringlet has no Gloo backend."""
         return False
 
     @staticmethod
     def gloo_built() -> bool:
+        """False: ringlet has no Gloo backend."""
         return False
 
     @staticmethod
     def nccl_built() -> bool:
+        """False: ringlet reduces CPU tensors only."""
         return False
 
     # ringlet is built on MPI alone, for CPU tensors: honest answers for the other backends.
     @staticmethod
     def ddl_built() -> bool:
+        """False: ringlet has no DDL backend."""
         return False
 
     @staticmethod
     def ccl_built() -> bool:
+        """False: ringlet has no oneCCL backend."""
         return False
 
     @staticmethod
     def cuda_built() -> bool:
+        """False: ringlet reduces CPU tensors only."""
         return False
 
     @staticmethod
     def rocm_built() -> bool:
+        """False: ringlet reduces CPU tensors only."""
         return False
 
     @staticmethod
@@ -464,6 +482,7 @@ class Horovod:
 
     @staticmethod
     def barrier(process_set: Any = global_process_set) -> None:
+        """Wait until every rank (of ``process_set``) has called it."""
         ringlet.barrier(_ringlet_set(process_set))
 
     @staticmethod
@@ -527,12 +546,14 @@ class Horovod:
 
     @staticmethod
     def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+        """Not supported: raises NotImplementedError, which says to use RINGLET_TIMELINE."""
         raise NotImplementedError(
             "Horovod's timeline is not supported; set RINGLET_TIMELINE=1 (a per-step summary) "
             "or RINGLET_TIMELINE=trace.json (a Chrome trace) for DistributedOptimizer")
 
     @staticmethod
     def stop_timeline() -> None:
+        """Not supported: raises NotImplementedError, as ``start_timeline``."""
         Horovod.start_timeline("")
 
     # ---- allreduce ----------------------------------------------------------------------
@@ -640,6 +661,8 @@ class Horovod:
                                 name: Any = None, op: Any = None, prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0, process_set: Any = None,
                                 compression: Any = None) -> _HandleSet:
+        """Start allreducing several tensors in one fused operation; returns a handle
+        whose ``synchronize()`` gives new tensors."""
         return _named("allreduce", name, lambda: self._grouped_async(
             tensors, False, average, op, compression, prescale_factor, postscale_factor,
             process_set))
@@ -648,6 +671,8 @@ class Horovod:
                                  name: Any = None, op: Any = None, prescale_factor: float = 1.0,
                                  postscale_factor: float = 1.0, process_set: Any = None,
                                  compression: Any = None) -> _HandleSet:
+        """Start allreducing several tensors in place, in one fused operation; returns a
+        handle."""
         return _named("allreduce", name, lambda: self._grouped_async(
             tensors, True, average, op, compression, prescale_factor, postscale_factor,
             process_set))
@@ -665,6 +690,7 @@ class Horovod:
                            op: Any = None, prescale_factor: float = 1.0,
                            postscale_factor: float = 1.0, process_set: Any = None,
                            compression: Any = None) -> list[Any]:
+        """Allreduce several tensors in place, in one fused operation; returns them."""
         return self.grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                              postscale_factor, process_set,
                                              compression).synchronize()
@@ -709,6 +735,8 @@ class Horovod:
 
     def grouped_allgather_async(self, tensors: Sequence[Any], name: Any = None,
                                 process_set: Any = None) -> Any:
+        """Start allgathering several tensors; returns a handle whose ``synchronize()``
+        gives the gathered tensors."""
         def start() -> _HandleSet:
             handles = [self._allgather_handle(t, process_set) for t in tensors]
             return _HandleSet(ringlet.Handle(handles, lambda: None),
@@ -779,6 +807,8 @@ class Horovod:
                                     op: Any = Average, process_set: Any = None,
                                     prescale_factor: float = 1.0,
                                     postscale_factor: float = 1.0) -> Any:
+        """Start reduce-scattering several tensors; returns a handle whose
+        ``synchronize()`` gives this rank's parts."""
         def start() -> _HandleSet:
             handles = [self._reducescatter_handle(t, op, process_set, prescale_factor,
                                                   postscale_factor) for t in tensors]
@@ -790,6 +820,8 @@ class Horovod:
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
                          process_set: Any = None) -> _HandleSet:
+        """Start broadcasting ``tensor`` from ``root_rank`` into itself on every rank;
+        returns a handle."""
         chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
         array = backend.array(tensor)
@@ -804,6 +836,8 @@ class Horovod:
 
     def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
                         process_set: Any = None) -> _HandleSet:
+        """Start broadcasting ``tensor`` from ``root_rank``; returns a handle whose
+        ``synchronize()`` gives a new tensor on every rank."""
         chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
 
