@@ -193,7 +193,7 @@ docs: setup
 	$(PYTHON) -m mkdocs build --strict
 
 lint: setup
-	$(VENV)/bin/ruff check python tests examples benchmarks tools
+	$(VENV)/bin/ruff check python tests examples benchmarks tools docs
 
 # The type stubs of ringlet._core against the compiled module (mypy's stubtest).
 stubtest: setup
