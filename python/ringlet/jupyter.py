@@ -55,6 +55,10 @@ OVERSUBSCRIBE_VARIABLES = {
 cores and no hosts are given)."""
 
 
+IPYPARALLEL_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
+"""What ipyparallel's launcher puts in the engines' environment."""
+
+
 def _ipyparallel() -> Any:
     try:
         import ipyparallel
@@ -178,7 +182,10 @@ def start(
         n: how many engines (MPI ranks).
         hosts: where to run them: a hostfile's path, or a list of host names (``"node1:4"``
             gives node1 four slots); passed to mpiexec as ``--hostfile``/``--host`` (Open MPI)
-            or ``-f``/``-hosts`` (MPICH). None runs them on this machine.
+            or ``-f``/``-hosts`` (MPICH). None runs them on this machine. With hosts, the
+            controller listens on every interface (``controller_ip="*"`` unless given), Open
+            MPI forwards the engines' variables (``-x``, ipyparallel's connection details among
+            them); each host needs the same Python environment, with ringlet, at the same path.
         mpi_args: more mpiexec arguments (``["--map-by", "node"]``, a network interface).
         mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``): the one
             of the MPI ringlet was built against.
@@ -217,13 +224,24 @@ def start(
                              "mpiexec= the launcher of the MPI ringlet was built against")
         flavor = _mpi_flavor(command)
         arguments = [] if hosts is None else _host_arguments(hosts, flavor)
-        launcher["mpi_cmd"] = [command]
-        launcher["mpi_args"] = [*arguments, *mpi_args]
         if flavor == "openmpi":
             extra = dict(ROOT_VARIABLES) if os.geteuid() == 0 else {}
             if hosts is None and n > (os.cpu_count() or 1):
                 extra.update(OVERSUBSCRIBE_VARIABLES)
             launcher["environment"] = {**extra, **launcher["environment"]}
+            if hosts is not None:
+                # Open MPI gives remote ranks only the variables named with -x (Hydra passes
+                # them all): ipyparallel's connection details and the caller's variables.
+                forwarded = {*IPYPARALLEL_VARIABLES, *launcher["environment"]}
+                if not cluster_kwargs.get("send_engines_connection_env", True):
+                    forwarded.discard("IPP_CONNECTION_INFO")  # not set: engines read files
+                for name in sorted(forwarded):
+                    arguments += ["-x", name]
+        launcher["mpi_cmd"] = [command]
+        launcher["mpi_args"] = [*arguments, *mpi_args]
+        if hosts is not None:
+            # Engines on other hosts must reach the controller: listen on every interface.
+            cluster_kwargs.setdefault("controller_ip", "*")
 
     cluster = ipp.Cluster(n=n, **cluster_kwargs)
     try:

@@ -133,6 +133,15 @@ def test_hosts_are_passed_to_mpiexec():
     cluster, view = jupyter.start(n=2, hosts=["localhost:2"], progress=False, timeout=90)
     try:
         assert [r for r, *_ in jupyter.run(view, identity)] == [0, 1]
+        (engines,) = cluster.engines.values()
+        command = engines.find_args()
+        assert cluster.controller_ip == "*"  # engines on other hosts must reach it
+        if jupyter._mpi_flavor(command[0]) == "openmpi":
+            assert "--host" in command and "localhost:2" in command
+            for name in jupyter.IPYPARALLEL_VARIABLES:  # remote ranks get only what -x names
+                assert ["-x", name] in [command[i:i + 2] for i in range(len(command))]
+        else:
+            assert "-hosts" in command and "localhost:2" in command
     finally:
         cluster.stop_cluster_sync()
     assert wait_until_gone(cluster.cluster_id) == []
