@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,18 +119,13 @@ class Table:
 
 
 def _mpi_flavor(mpiexec: str) -> str:
-    """'openmpi' or 'mpich', from what the launcher says of its version."""
+    """'openmpi' or 'mpich' (ringletrun's detection, from ``mpiexec --version``)."""
+    from ringlet.run import RunError, detect_flavor
+
     try:
-        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    text = done.stdout + done.stderr
-    if "Open MPI" in text or "OpenRTE" in text:
-        return "openmpi"
-    if "HYDRA" in text or "MPICH" in text:
-        return "mpich"
-    return "unknown"
+        return detect_flavor(mpiexec)
+    except RunError as error:
+        raise ValueError(str(error)) from None
 
 
 def _host_arguments(hosts: str | Sequence[str], flavor: str) -> list[str]:
