@@ -3,12 +3,19 @@
 Rank 0 reports on the terminal; the other ranks write to build/test-logs/, which
 tests/run_mpi_suite.py prints if that rank fails. Each rank writes a JUnit report, so the
 suite counts every rank's results, not only rank 0's.
+
+Each rank has a temporary directory of its own (--basetemp), removed when it ends: under
+pytest's shared default, /tmp/pytest-of-USER, every rank prunes the older numbered directories
+as its session ends, all at once, and one rank's rmtree fails on a directory another rank is
+emptying (a PytestWarning at exit, an error under -W error, after every test passed).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,7 +39,13 @@ def main() -> int:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     args = [*sys.argv[1:], f"--junitxml={report_dir / f'rank{rank}.xml'}", "-p", "no:cacheprovider"]
-    return pytest.main(args)
+    if any(arg.startswith("--basetemp") for arg in args):
+        return pytest.main(args)
+    basetemp = tempfile.mkdtemp(prefix=f"ringlet-pytest-rank{rank}-")
+    try:
+        return pytest.main([*args, f"--basetemp={basetemp}"])
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
 
 
 if __name__ == "__main__":
