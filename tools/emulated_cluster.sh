@@ -6,6 +6,8 @@
 #   tools/emulated_cluster.sh down                remove everything `up` made (also when half made)
 #   tools/emulated_cluster.sh status              what exists
 #   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given)
+#   tools/emulated_cluster.sh on INDEX CMD...     CMD on host INDEX (its namespace, its hostname)
+#   tools/emulated_cluster.sh options             the mpirun options `mpirun` adds, one per line
 #
 # Each host is a network namespace rgl-hN with one veth (10.77.0.(10+N)/24) on a private bridge
 # rglbr0. The bridge has no address in this machine's own namespace and nothing is routed or
@@ -13,9 +15,11 @@
 # (tc tbf) in both directions: on the bridge side (into the host) and inside the namespace (out
 # of it). Commands on a host run under `unshare --uts` with the hostname rgl-hN, so MPI sees
 # one node per namespace: MPI_Get_processor_name differs, Open MPI starts one orted per host
-# (through an rsh agent that enters the namespace instead of ssh) and MPI_COMM_TYPE_SHARED
+# (through an rsh agent that enters the namespace instead of ssh, and gives the orted a login's
+# environment, as ssh would) and MPI_COMM_TYPE_SHARED
 # groups the ranks of each host; between hosts Open MPI uses TCP over the bridge, within a
-# host its shared-memory transport (vader).
+# host its shared-memory transport (vader). Each namespace's /etc/hosts (ip netns exec mounts
+# /etc/netns/rgl-hN/hosts over it) names every host, as a cluster's DNS would.
 #
 # What it models: each host's network bandwidth (both directions, shared by the host's ranks),
 # TCP between hosts, node locality as MPI and ringlet see it. What it does not: latency (the
@@ -64,10 +68,12 @@ down() {
     ip link del "$link" 2>/dev/null || true
   done
   rm -rf "$STATE"
+  rm -rf /etc/netns/"$PREFIX"[0-9]*
+  rmdir /etc/netns 2>/dev/null || true   # if up made it (nothing else is in it)
 }
 
 up() {
-  local hosts=${1:-4} rate=${2:-1gbit} burst i ns
+  local hosts=${1:-4} rate=${2:-1gbit} burst i j ns
   [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 16 ]] || die "HOSTS must be 1-16, not $hosts"
   [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
   burst=$(burst_for "$rate")
@@ -89,6 +95,12 @@ up() {
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency "${QUEUE:-100ms}"
     echo "$SUBNET.$((10 + i)) slots=16" >> "$HOSTFILE"
   done
+  for ((i = 0; i < hosts; i++)); do
+    mkdir -p "/etc/netns/$PREFIX$i"
+    { echo "127.0.0.1 localhost"
+      for ((j = 0; j < hosts; j++)); do echo "$SUBNET.$((10 + j)) $PREFIX$j"; done
+    } > "/etc/netns/$PREFIX$i/hosts"
+  done
   echo "$hosts $rate" > "$STATE/shape"
   echo "emulated cluster: $hosts hosts (${PREFIX}0-${PREFIX}$((hosts - 1)), $SUBNET.10-$((9 + hosts))), links shaped to $rate each way; hostfile $HOSTFILE"
 }
@@ -104,19 +116,33 @@ status() {
   ip -br link show "$BRIDGE" 2>/dev/null || true
 }
 
+# What Open MPI needs to run across the hosts: the hostfile, the rsh agent, TCP on the bridge.
+mpirun_options() {
+  printf '%s\n' --hostfile "$HOSTFILE" \
+    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
+    --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1
+}
+
+on_host() {
+  local index=${1:?host index}
+  shift
+  [[ -f $HOSTFILE ]] || die "no cluster: run '$0 up' first"
+  [[ $index =~ ^[0-9]+$ ]] && ip netns list | grep -q "^$PREFIX$index\b" \
+    || die "no host $index in the emulated cluster"
+  exec ip netns exec "$PREFIX$index" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' \
+    "$PREFIX$index" "$@"
+}
+
 run_mpirun() {
   [[ -f $HOSTFILE ]] || die "no cluster: run '$0 up' first"
-  local forward=() name
+  local forward=() name options
   # Every rank (started by an orted in its host) gets the caller's environment that matters.
   for name in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH HOME $(compgen -e | grep -E '^(RINGLET_|OMP_|PYTEST)' || true); do
     [[ -n ${!name:-} ]] && forward+=(-x "$name")
   done
-  exec ip netns exec "${PREFIX}0" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "${PREFIX}0" \
-    mpirun --hostfile "$HOSTFILE" \
-    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
-    --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 --wdir "$PWD" \
-    "${forward[@]}" "$@"
+  mapfile -t options < <(mpirun_options)
+  on_host 0 mpirun "${options[@]}" --wdir "$PWD" "${forward[@]}" "$@"
 }
 
 case ${1:-} in
@@ -124,5 +150,7 @@ case ${1:-} in
   down) down; echo "emulated cluster: removed" ;;
   status) status ;;
   mpirun) shift; run_mpirun "$@" ;;
-  *) die "usage: $0 up [HOSTS] [RATE] | down | status | mpirun ARGS..." ;;
+  on) shift; on_host "$@" ;;
+  options) mpirun_options ;;
+  *) die "usage: $0 up [HOSTS] [RATE] | down | status | mpirun ARGS... | on INDEX CMD... | options" ;;
 esac

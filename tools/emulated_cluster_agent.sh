@@ -12,6 +12,9 @@ case $address in
   *) echo "emulated_cluster_agent: $address is not a host of the emulated cluster" >&2; exit 1 ;;
 esac
 namespace=rgl-h$index
-# As ssh does: the words form one command line for a shell on the "remote" host.
-exec ip netns exec "$namespace" unshare --uts -- sh -c 'hostname "$0" && eval "$1"' \
+# As ssh does: the words form one command line for a shell on the "remote" host, which starts
+# with a login's environment, not the caller's (mpirun's -x is how variables reach the ranks).
+exec env -i HOME="${HOME:-/root}" USER="$(id -un)" LOGNAME="$(id -un)" SHELL=/bin/sh \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  ip netns exec "$namespace" unshare --uts -- sh -c 'hostname "$0" && eval "$1"' \
   "$namespace" "$*"
