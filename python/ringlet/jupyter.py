@@ -178,8 +178,10 @@ def start(
             gives node1 four slots); passed to mpiexec as ``--hostfile``/``--host`` (Open MPI)
             or ``-f``/``-hosts`` (MPICH). None runs them on this machine. With hosts, the
             controller listens on every interface (``controller_ip="*"`` unless given), Open
-            MPI forwards the engines' variables (``-x``, ipyparallel's connection details among
-            them); each host needs the same Python environment, with ringlet, at the same path.
+            MPI forwards the engines' variables (``-x``: ipyparallel's connection details,
+            ``environment`` and this process's ``RINGLET_*`` settings); each host needs the same
+            Python environment, with ringlet, at the same path, and must resolve this host's
+            name (else pass ``controller_args=["--location=<this host's address>"]``).
         mpi_args: more mpiexec arguments (``["--map-by", "node"]``, a network interface).
         mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``): the one
             of the MPI ringlet was built against.
@@ -225,8 +227,10 @@ def start(
             launcher["environment"] = {**extra, **launcher["environment"]}
             if hosts is not None:
                 # Open MPI gives remote ranks only the variables named with -x (Hydra passes
-                # them all): ipyparallel's connection details and the caller's variables.
-                forwarded = {*IPYPARALLEL_VARIABLES, *launcher["environment"]}
+                # them all): ipyparallel's connection details, the caller's variables, and the
+                # notebook's RINGLET_* settings, which local engines inherit.
+                settings = [name for name in os.environ if name.startswith("RINGLET_")]
+                forwarded = {*IPYPARALLEL_VARIABLES, *launcher["environment"], *settings}
                 if not cluster_kwargs.get("send_engines_connection_env", True):
                     forwarded.discard("IPP_CONNECTION_INFO")  # not set: engines read files
                 for name in sorted(forwarded):

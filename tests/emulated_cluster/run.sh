@@ -89,6 +89,21 @@ EOF
   echo "=== cluster, $name: $passed passed, 0 failed (all ranks)"
   [[ $status -eq 0 ]] || { echo "=== cluster, $name: mpirun exit $status"; failed=1; }
 done
+# ringlet.jupyter.start(hosts=...): the notebook and ipyparallel's controller on host 0, the MPI
+# engines on the other hosts.
+echo "=== cluster, Jupyter engines across hosts"
+jupyter_status=0
+jupyter_out=$(timeout -k 10 300 "$CLUSTER" on 0 "$PYTHON" -m pytest -q --color=no \
+  -p no:cacheprovider tests/emulated_cluster/test_jupyter_hosts.py 2>&1) || jupyter_status=$?
+echo "$jupyter_out" | tail -n 40
+# Its summary line: only "N passed" counts (a skip or a deselection would not be a pass).
+if [[ $jupyter_status -eq 0 ]] && summary=$(echo "$jupyter_out" | tail -n 1) \
+    && [[ $summary =~ ^=*\ *([0-9]+)\ passed\ in ]]; then
+  total=$((total + BASH_REMATCH[1]))
+else
+  echo "=== cluster, Jupyter engines across hosts: FAILED (pytest exit $jupyter_status)"
+  failed=1
+fi
 # make bench-cluster's benchmark, briefly: it runs, and reports every candidate against the bound.
 echo "=== cluster, the benchmark briefly (4 hosts x 2, block, 1 MiB)"
 bench_out=$(timeout -k 10 300 "$CLUSTER" mpirun -n 8 --map-by ppr:2:node "$PYTHON" \
@@ -104,5 +119,5 @@ for row in "| ring |" "| halving_doubling |" "| two_tier |" "| auto |" "| native
 done
 [[ $failed -eq 0 ]] && total=$((total + 1))
 
-echo "=== cluster tests: $total passed over ${#layouts[@]} layouts and the benchmark$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
+echo "=== cluster tests: $total passed over ${#layouts[@]} layouts, Jupyter across hosts and the benchmark$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
 exit "$failed"

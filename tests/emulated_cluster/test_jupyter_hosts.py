@@ -1,0 +1,132 @@
+"""ringlet.jupyter.start(hosts=...) on the emulated cluster: the notebook's process (this test)
+runs on host 0, and ipyparallel's controller there; MPI engines start on other hosts through
+Open MPI's rsh agent, which gives them a login's environment as ssh would, so everything they
+need (ipyparallel's connection details, the caller's variables) must be forwarded.
+
+tests/emulated_cluster/run.sh runs it on host 0 (after `make cluster-up`, by hand:
+`tools/emulated_cluster.sh on 0 .venv/bin/python -m pytest tests/emulated_cluster/<this file>`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ipyparallel import interactive
+
+from ringlet import jupyter
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "tools" / "emulated_cluster.sh"
+HOSTFILE = REPO / "build" / "emulated-cluster" / "hostfile"
+
+sys.path.insert(0, str(REPO / "tests" / "jupyter"))
+from conftest import wait_until_gone  # noqa: E402  (the stray-process check of the Jupyter tests)
+
+if socket.gethostname() != "rgl-h0" or not HOSTFILE.exists():
+    pytest.fail("run this on host 0 of the emulated cluster (tests/emulated_cluster/run.sh)",
+                pytrace=False)
+
+
+def cluster_mpi_options() -> list[str]:
+    """The emulated cluster's mpirun options (rsh agent, TCP on the bridge) without its hostfile:
+    each test places the engines itself."""
+    printed = subprocess.run(["bash", str(CLUSTER), "options"], check=True, text=True,
+                             capture_output=True).stdout.split("\n")
+    options = [word for word in printed if word]
+    at = options.index("--hostfile")
+    return options[:at] + options[at + 2:]
+
+
+@interactive
+def where_am_i():
+    import os
+    import socket
+
+    import ringlet
+
+    topology = ringlet.topology()
+    return (ringlet.rank(), socket.gethostname(), topology.local_size, topology.cross_size,
+            os.environ.get("RINGLET_TEST_MARK"), os.environ.get("RINGLET_CACHE_DIR"))
+
+
+@interactive
+def allreduce_of_ranks():
+    import numpy as np
+
+    import ringlet
+
+    x = np.arange(1000, dtype=np.float32) + ringlet.rank()
+    return ringlet.allreduce(x, algorithm="two_tier"), ringlet.allreduce(x, algorithm="ring")
+
+
+@interactive
+def mismatched():
+    import numpy as np
+
+    import ringlet
+
+    return ringlet.allreduce(np.ones(3 + ringlet.rank(), np.float64))
+
+
+def start_and_check(tmp_path, hosts, expected_hosts, mpi_args=()):
+    cache = str(tmp_path / "cache")
+    # Not in `environment`: start() forwards the caller's RINGLET_* variables to other hosts.
+    os.environ["RINGLET_TEST_MARK"] = "forwarded"
+    os.environ["RINGLET_CACHE_DIR"] = cache
+    cluster, view = jupyter.start(n=len(expected_hosts), hosts=hosts, progress=False, timeout=120,
+                                  mpi_args=[*cluster_mpi_options(), *mpi_args])
+    try:
+        n = len(expected_hosts)
+        found = jupyter.run(view, where_am_i)
+        assert [r for r, *_ in found] == list(range(n))
+        assert [host for _, host, *_ in found] == expected_hosts
+        hosts_used = len(set(expected_hosts))
+        assert all(cross == hosts_used for *_, cross, _, _ in found)
+        assert all(local == expected_hosts.count(host) for _, host, local, *_ in found)
+        assert all((mark, where) == ("forwarded", cache) for *_, mark, where in found)
+
+        expected = sum(np.arange(1000, dtype=np.float32) + r for r in range(n))
+        for two_tier, ring in jupyter.run(view, allreduce_of_ranks):
+            np.testing.assert_array_equal(two_tier, expected)
+            np.testing.assert_array_equal(ring, expected)
+
+        with pytest.raises(jupyter.EngineError) as caught:
+            jupyter.run(view, mismatched)
+        assert set(caught.value.errors) == set(range(n))
+        assert all(name == "MismatchError" for name, _ in caught.value.errors.values())
+        # The mismatch left every rank in step: the next collective is right.
+        for two_tier, _ in jupyter.run(view, allreduce_of_ranks):
+            np.testing.assert_array_equal(two_tier, expected)
+    finally:
+        cluster_id = cluster.cluster_id
+        cluster.stop_cluster_sync()
+        del os.environ["RINGLET_TEST_MARK"]
+    assert wait_until_gone(cluster_id) == [], "processes of the cluster outlived its stop"
+    # Open MPI's daemons on the other hosts carry no ipyparallel variable: look for them by name.
+    assert orteds_gone(), "an orted outlived the cluster's stop"
+
+
+def orteds_gone(seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-x", "orted"], capture_output=True).returncode != 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_engines_only_on_other_hosts_from_a_list_of_hosts(tmp_path):
+    start_and_check(tmp_path, ["10.77.0.11:2", "10.77.0.12:2"],
+                    ["rgl-h1", "rgl-h1", "rgl-h2", "rgl-h2"])
+
+
+def test_engines_on_every_host_from_a_hostfile(tmp_path):
+    start_and_check(tmp_path, str(HOSTFILE), ["rgl-h0", "rgl-h1", "rgl-h2", "rgl-h3"],
+                    mpi_args=["--map-by", "node"])
