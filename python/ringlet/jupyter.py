@@ -21,7 +21,6 @@ import html
 import logging
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -416,29 +415,33 @@ def calibrate(view: ipyparallel.DirectView, progress: bool = True) -> Table:
 
 def _benchmark_on_engine(nbytes: int, dtype: str, repeats: int,
                          algorithms: list[str]) -> dict[str, float]:
-    """Runs on each engine: median seconds per candidate, interleaved, rank 0's clock; 'mpi' is
-    mpi4py's MPI_Allreduce in place on the same buffer."""
+    """Runs on each engine, as ``make bench`` measures: every candidate in place on one buffer
+    that holds 0 (the sum's fixed point, so values never grow), interleaved, a barrier before
+    each call, each call's time the slowest rank's; returns the medians in seconds. 'mpi' is
+    mpi4py's ``MPI_Allreduce(MPI.IN_PLACE)``."""
     import numpy as np
     from mpi4py import MPI
 
     import ringlet
 
     comm = MPI.COMM_WORLD
-    x = np.ones(max(nbytes // np.dtype(dtype).itemsize, 1), dtype=dtype)
+    x = np.zeros(max(nbytes // np.dtype(dtype).itemsize, 1), dtype=dtype)
+    # In place, as MPI's: a new result array per call would time the allocator's page faults.
     calls: dict[str, Callable[[], Any]] = {
-        a: (lambda a=a: ringlet.allreduce(x, algorithm=a)) for a in algorithms
+        a: (lambda a=a: ringlet.allreduce(x, out=x, algorithm=a)) for a in algorithms
     }
     calls["mpi"] = lambda: comm.Allreduce(MPI.IN_PLACE, x)
     for call in calls.values():  # warm up (and calibrate, for auto)
         call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    times = np.zeros((repeats, len(calls)))
+    for repeat in range(repeats):
+        for column, call in enumerate(calls.values()):
             comm.Barrier()
             started = time.perf_counter()
             call()
-            times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(values) for name, values in times.items()}
+            times[repeat, column] = time.perf_counter() - started
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return {name: float(np.median(times[:, column])) for column, name in enumerate(calls)}
 
 
 @dataclass(repr=False)
@@ -476,8 +479,9 @@ def benchmark(
     progress: bool = True,
 ) -> BenchmarkTable:
     """Time ``ringlet.allreduce`` (each of ``algorithms``) against mpi4py's native
-    ``MPI_Allreduce`` on the engines, interleaved, ``repeats`` times per size; return the
-    medians as a table (``.plot()`` draws them). A progress bar counts the sizes."""
+    ``MPI_Allreduce`` on the engines, interleaved, ``repeats`` times per size, every call in
+    place and timed on the slowest rank; return the medians as a table (``.plot()`` draws
+    them). A progress bar counts the sizes."""
     if repeats < 1 or not sizes or any(int(s) < 1 for s in sizes):
         raise ValueError("benchmark needs positive sizes and repeats >= 1")
     from tqdm.auto import tqdm
