@@ -9,6 +9,7 @@ and the exact sum itself; mpi4py's allgather compares the results' bytes across 
 from __future__ import annotations
 
 import hashlib
+import os
 
 import ml_dtypes
 import numpy as np
@@ -45,6 +46,12 @@ def test_the_job_spans_several_hosts():
     assert len(set(names)) == len(set(nodes))
     assert all(names[r] == names[s] for r in range(SIZE) for s in range(SIZE)
                if nodes[r] == nodes[s])
+
+
+def test_idle_ranks_yield_the_cores_the_hosts_share():
+    # Every emulated host runs on this machine's few cores; ranks that busy-poll while they wait
+    # would make each step between hosts wait for the scheduler (tools/emulated_cluster.sh).
+    assert os.environ.get("OMPI_MCA_mpi_yield_when_idle") == "1"
 
 
 def test_topology_is_the_mpi_librarys():
