@@ -11,7 +11,8 @@ rank's time), medians. The simulator then plays the same algorithm on the same p
 (``ringlet.topology()``'s nodes) with: inside a node, bandwidth 1/beta and latency alpha;
 between nodes, 1/beta_across and alpha_across; combining, gamma for float32 - the parameters
 ``ringlet.calibrate`` measured on this machine (cached per topology) - and each node's memory
-bandwidth, measured here as every rank of a node copying 64 MiB at once. ``--inter`` replaces
+bandwidth at that message size, measured here as every rank of a node copying that many bytes
+at once (cache-resident at 1 MiB, memory-bound at 64 MiB). ``--inter`` replaces
 the calibrated link between nodes (bandwidth,latency, e.g. the rate a long transfer reaches).
 Rank 0 prints a Markdown table with predicted / measured.
 """
@@ -35,9 +36,11 @@ from ringlet import simulate as sim
 COMM = MPI.COMM_WORLD
 
 
-def node_memory_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
-    """Bytes of memory traffic per second a node sustains with all its ranks copying at once
-    (a copy reads and writes each byte); the slowest node's. Collective."""
+def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
+    """Bytes of memory traffic per second a node sustains with all its ranks copying ``nbytes``
+    at once (a copy reads and writes each byte), the best of ``repeats``; the slowest node's.
+    Measured at each message size, as the working set decides whether the copies run from
+    cache or from memory. Collective."""
     source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
     np.copyto(target, source)  # touch the pages first
     node = COMM.Split_type(MPI.COMM_TYPE_SHARED)
@@ -69,9 +72,9 @@ def main() -> None:
     inter = (sim.parse_link(args.inter) if args.inter
              else (1 / params.beta_across, params.alpha_across))
     gamma = params.gamma_of("float32")
-    memory = node_memory_bandwidth()
     rows = []
     for size in (sim.parse_size(s) for s in args.sizes.split(",")):
+        memory = node_memory_bandwidth(size)
         x = np.zeros(size // 4, dtype=np.float32)
         for name in names:  # warm-up (and any lazy set-up)
             ringlet.allreduce(x, out=x, algorithm=name)
@@ -88,7 +91,8 @@ def main() -> None:
                     "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory)
                 measured = statistics.median(times[name])
                 rows.append({"placement": args.label, "size": size, "algorithm": name,
-                             "measured_s": measured, "predicted_s": seconds})
+                             "measured_s": measured, "predicted_s": seconds,
+                             "memory_bytes_per_s": memory})
     if COMM.rank != 0:
         return
     hosts = len(set(labels))
@@ -97,13 +101,15 @@ def main() -> None:
           f"{params.source}: alpha {params.alpha * 1e6:.1f} us, B {1 / params.beta / 1e9:.2f} GB/s"
           f", across: alpha {params.alpha_across * 1e6:.1f} us, "
           f"B {inter[0] / 1e6:.0f} MB/s{' (given)' if args.inter else ''}, "
-          f"gamma {gamma * 1e9:.3f} ns/B; memory {memory / 1e9:.1f} GB/s per node\n")
-    print("| placement | size | algorithm | measured | predicted | predicted / measured |")
-    print("|---|---|---|---|---|---|")
+          f"gamma {gamma * 1e9:.3f} ns/B\n")
+    print("| placement | size | node memory | algorithm | measured | predicted "
+          "| predicted / measured |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         size = (f"{row['size'] >> 20} MiB" if row["size"] >= 1 << 20
                 else f"{row['size'] >> 10} KiB")
-        print(f"| {row['placement'] or '-'} | {size} | {row['algorithm']} | "
+        print(f"| {row['placement'] or '-'} | {size} | "
+              f"{row['memory_bytes_per_s'] / 1e9:.1f} GB/s | {row['algorithm']} | "
               f"{row['measured_s'] * 1e3:.1f} ms | {row['predicted_s'] * 1e3:.1f} ms | "
               f"{row['predicted_s'] / row['measured_s']:.2f} |")
     if args.json:

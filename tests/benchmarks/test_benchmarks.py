@@ -98,8 +98,13 @@ def test_simulator_validation_puts_predictions_beside_measurements(tmp_path):
     assert {r["algorithm"] for r in records} == {"ring", "halving_doubling", "two_tier"}
     assert len(records) == 6
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in records)
-    assert "| one-node | 0 MiB | ring |" not in job.stdout  # sizes below 1 MiB print in KiB
-    assert job.stdout.count("| one-node |") == 6
+    # The node's memory bandwidth is measured at each size, and shown beside it.
+    assert all(r["memory_bytes_per_s"] > 0 for r in records)
+    assert "| one-node | 0 MiB |" not in job.stdout  # sizes below 1 MiB print in KiB
+    assert job.stdout.count("| one-node | 64 KiB |") == 3
+    assert job.stdout.count("| one-node | 256 KiB |") == 3
+    assert all(line.split("|")[3].strip().endswith("GB/s")
+               for line in job.stdout.splitlines() if line.startswith("| one-node |"))
 
 
 def test_reduce_bench_times_reduce_scatter_too():
