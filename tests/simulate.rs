@@ -153,6 +153,7 @@ const NET: Network = Network {
         bandwidth: f64::INFINITY,
         latency: 0.0,
     },
+    half_duplex: false,
 };
 
 #[test]
@@ -430,4 +431,60 @@ fn messages_between_groups_also_take_turns_on_the_global_links() {
         flat.seconds
     );
     assert_eq!(flat.max_group_bytes(), 0);
+}
+
+#[test]
+fn a_half_duplex_connection_serializes_an_exchange_but_not_a_ring() {
+    // Two nodes of one rank: each sends 1 MB to the other at once. Full duplex, both run at
+    // 1 GB/s side by side; half duplex, the second waits for the first on their connection.
+    let bytes = 1_000_000;
+    let exchange = |peer: u32| {
+        vec![
+            Op::Receive {
+                from: peer,
+                bytes,
+                request: 0,
+            },
+            Op::Send {
+                to: peer,
+                bytes,
+                request: 1,
+            },
+            Op::Wait { request: 0 },
+            Op::Wait { request: 1 },
+        ]
+    };
+    let nodes = Nodes::from_labels(&[0, 1]);
+    let half = Network {
+        half_duplex: true,
+        ..NET
+    };
+    let programs = vec![exchange(1), exchange(0)];
+    let full = run(&programs, &nodes, &NET).expect("runs").seconds;
+    let serialized = run(&programs, &nodes, &half).expect("runs").seconds;
+    assert!((full - (1e-3 + 10e-6)).abs() < 1e-9, "{full}");
+    assert!((serialized - (2e-3 + 10e-6)).abs() < 1e-9, "{serialized}");
+
+    // A ring over 3 nodes sends each way on a different connection: no change.
+    let nodes = Nodes::from_labels(&[0, 1, 2]);
+    let ring = |r: u32| {
+        vec![
+            Op::Receive {
+                from: (r + 2) % 3,
+                bytes,
+                request: 0,
+            },
+            Op::Send {
+                to: (r + 1) % 3,
+                bytes,
+                request: 1,
+            },
+            Op::Wait { request: 0 },
+            Op::Wait { request: 1 },
+        ]
+    };
+    let programs: Vec<_> = (0..3).map(ring).collect();
+    let full = run(&programs, &nodes, &NET).expect("runs").seconds;
+    let serialized = run(&programs, &nodes, &half).expect("runs").seconds;
+    assert_eq!(full, serialized);
 }

@@ -4,7 +4,7 @@
         --inter 12.5GB/s,2us --intra 20GB/s,0.3us \\
         --collective allreduce --algorithm two_tier --size 64M [--placement block]
         [--reduce-rate 30GB/s] [--overhead 0us] [--memory 20GB/s]
-        [--groups 8 --global 25GB/s,1us] [--json] [--plot out.png]
+        [--groups 8 --global 25GB/s,1us] [--half-duplex] [--json] [--plot out.png]
 
 Every rank's part of the registered schedule runs in this process over a transport that
 records its messages instead of moving them (the reductions only count their bytes), so what is
@@ -24,7 +24,11 @@ simulated time:
 * with ``--groups G``, the hosts form G groups of consecutive hosts, each group with one global
   link (``--global``) to the others, as in the two-tier direct networks (PERCS, Dragonfly) of
   Jain, Lau & Kale: a message between groups also takes its turn on both groups' global links,
-  runs at the slower rate and pays both latencies.
+  runs at the slower rate and pays both latencies;
+* with ``--half-duplex``, a connection between two ranks on different hosts carries one
+  direction at a time: two ranks exchanging both ways at once (halving-doubling's steps) get
+  half the rate each, while a ring's two directions use different connections. Open MPI's TCP
+  transport behaves so (8 MiB between two hosts: 82 ms one way, 150 ms both ways at once).
 
 It does not model the switch fabric beyond the hosts' links (a full-bisection network), or
 protocol switches inside MPI (eager/rendezvous). Sizes take K/M/G suffixes (powers of 1024);
@@ -127,7 +131,7 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
              reduce_rate: float | str = "30GB/s", overhead: float | str = 0.0,
              memory: float | str | None = None, groups: int = 1,
              global_link: tuple[float, float] | str = "25GB/s,1us", placement: str = "block",
-             node_major: bool = True) -> Result:
+             node_major: bool = True, half_duplex: bool = False) -> Result:
     """Simulate one ``collective`` of ``size`` bytes (float32, sum, root 0) with ``algorithm``
     on ``hosts`` x ``ranks_per_host`` ranks; see the module's description of the model."""
     if collective not in COLLECTIVES:
@@ -146,7 +150,7 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
     started = time.perf_counter()
     seconds, sent, links, within, globals_ = _core.simulate(
         collective, algorithm, labels, nbytes, intra, inter, 1.0 / rate, cpu, node_major,
-        shared, groups, wide)
+        shared, groups, wide, half_duplex)
     elapsed = time.perf_counter() - started
     loads = [load for link in links for load in link]
     return Result(
@@ -250,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="groups of consecutive hosts with a global link each (default: 1)")
     parser.add_argument("--global", dest="global_link", default="25GB/s,1us",
                         help="each group's global link: BW,LATENCY (with --groups)")
+    parser.add_argument("--half-duplex", action="store_true",
+                        help="a connection between ranks on different hosts carries one "
+                        "direction at a time (Open MPI over TCP)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", help="draw the comparison into this file")
     return parser
@@ -282,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.collective, name, hosts=args.hosts, ranks_per_host=args.ranks_per_host,
                 size=nbytes, inter=inter, intra=intra, reduce_rate=rate, overhead=cpu,
                 memory=memory, groups=args.groups, global_link=wide,
-                placement=args.placement, node_major=not args.rank_order))
+                placement=args.placement, node_major=not args.rank_order,
+                half_duplex=args.half_duplex))
         except (ValueError, _core.RingletError) as error:
             if args.algorithm != "all":
                 print(f"error: {error}", file=sys.stderr)

@@ -355,9 +355,10 @@ fn reduce(
 
 /// One simulated `collective` of `nbytes` with `algorithm` on ranks placed on the nodes
 /// `labels` (see `ringlet.simulate`). `intra`, `inter` and `global_link` are (bandwidth in bytes per
-/// second, latency in seconds); `groups` of consecutive nodes share a global link each.
+/// second, latency in seconds); `groups` of consecutive nodes share a global link each;
+/// `half_duplex`: a connection between ranks on different nodes carries one direction at a time.
 #[pyfunction]
-#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true, memory = f64::INFINITY, groups = 1, global_link = (f64::INFINITY, 0.0)))]
+#[pyo3(signature = (collective, algorithm, labels, nbytes, intra, inter, gamma, overhead = 0.0, node_major = true, memory = f64::INFINITY, groups = 1, global_link = (f64::INFINITY, 0.0), half_duplex = false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate(
     py: Python<'_>,
@@ -373,6 +374,7 @@ fn simulate(
     memory: f64,
     groups: usize,
     global_link: (f64, f64),
+    half_duplex: bool,
 ) -> PyResult<SimulatedRow> {
     let network = Network {
         intra: Link {
@@ -391,6 +393,7 @@ fn simulate(
             bandwidth: global_link.0,
             latency: global_link.1,
         },
+        half_duplex,
     };
     let outcome = detached(py, || {
         crate::simulate::simulate_placed(

@@ -137,3 +137,21 @@ def test_groups_of_hosts_share_global_links():
               "--algorithm", "two_tier", "--json")
     assert job.returncode == 0, job.stderr
     assert json.loads(job.stdout)["max_global_link_bytes"] > 0
+
+
+def test_half_duplex_connections_slow_pairwise_exchanges_not_the_ring():
+    common = {"hosts": 4, "ranks_per_host": 1, "size": "16M", "inter": "125MB/s,20us"}
+    for name, slower in (("halving_doubling", True), ("ring", False)):
+        full = sim.simulate("allreduce", name, **common)
+        half = sim.simulate("allreduce", name, half_duplex=True, **common)
+        assert half.max_link_bytes == full.max_link_bytes  # the same bytes, at another pace
+        if slower:  # every step exchanges both ways with one peer: twice the time on the wire
+            assert half.predicted_s > 1.8 * full.predicted_s
+        else:  # each direction of the ring has a connection of its own
+            assert half.predicted_s == full.predicted_s
+    job = cli("--hosts", "4", "--size", "16M", "--inter", "125MB/s,20us", "--algorithm",
+              "halving_doubling", "--half-duplex", "--json")
+    assert job.returncode == 0, job.stderr
+    slow = json.loads(job.stdout)["predicted_s"]
+    assert slow == pytest.approx(sim.simulate("allreduce", "halving_doubling", half_duplex=True,
+                                              **common).predicted_s)
