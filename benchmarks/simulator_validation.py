@@ -12,8 +12,10 @@ rank's time), medians. The simulator then plays the same algorithm on the same p
 between nodes, 1/beta_across and alpha_across; combining, gamma for float32 - the parameters
 ``ringlet.calibrate`` measured on this machine (cached per topology) - and each node's memory
 bandwidth at that message size, measured here as every rank of a node copying that many bytes
-at once (cache-resident at 1 MiB, memory-bound at 64 MiB). ``--inter`` replaces
-the calibrated link between nodes (bandwidth,latency, e.g. the rate a long transfer reaches).
+at once (cache-resident at 1 MiB, memory-bound at 64 MiB), and whether a connection between
+nodes is half duplex, measured here as 4 MiB exchanged both ways at once against one way.
+``--inter`` replaces the calibrated link between nodes (bandwidth,latency, e.g. the rate a long
+transfer reaches).
 Rank 0 prints a Markdown table with predicted / measured.
 """
 
@@ -55,6 +57,40 @@ def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
     return float(COMM.allreduce(per_node, op=MPI.MIN))
 
 
+def exchange_slowdown(nbytes: int = 4 << 20, repeats: int = 3) -> float:
+    """How much longer two ranks on different nodes take to exchange ``nbytes`` both ways at
+    once than to send them one way (1: full duplex, 2: one direction at a time); the median of
+    ``repeats``. Rank 0 and the first rank of another node take part, the others wait.
+    Collective; 1.0 on one node."""
+    node = COMM.Split_type(MPI.COMM_TYPE_SHARED)
+    leaders = COMM.allgather(node.allreduce(COMM.rank, op=MPI.MIN))
+    node.Free()
+    peer = next((r for r in range(COMM.size) if leaders[r] != leaders[0]), None)
+    if peer is None:
+        return 1.0
+    ratio = 1.0
+    if COMM.rank in (0, peer):
+        other = peer if COMM.rank == 0 else 0
+        out, into = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        one_way, both_ways = [], []
+        for _ in range(repeats):
+            COMM.Sendrecv(out[:1], other, recvbuf=into[:1], source=other)  # start together
+            start = MPI.Wtime()
+            if COMM.rank == 0:
+                COMM.Send(out, other)
+                COMM.Recv(into[:1], other)  # the receiver's acknowledgement
+            else:
+                COMM.Recv(into, other)
+                COMM.Send(out[:1], other)
+            one_way.append(MPI.Wtime() - start)
+            COMM.Sendrecv(out[:1], other, recvbuf=into[:1], source=other)
+            start = MPI.Wtime()
+            COMM.Sendrecv(out, other, recvbuf=into, source=other)
+            both_ways.append(MPI.Wtime() - start)
+        ratio = statistics.median(both_ways) / statistics.median(one_way)
+    return float(COMM.bcast(ratio, root=0))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1M,4M,16M,64M")
@@ -72,6 +108,9 @@ def main() -> None:
     inter = (sim.parse_link(args.inter) if args.inter
              else (1 / params.beta_across, params.alpha_across))
     gamma = params.gamma_of("float32")
+    # Half duplex when exchanging both ways takes clearly longer than one way (Open MPI's TCP).
+    slowdown = exchange_slowdown()
+    half_duplex = slowdown > 1.5
     rows = []
     for size in (sim.parse_size(s) for s in args.sizes.split(",")):
         memory = node_memory_bandwidth(size)
@@ -88,7 +127,8 @@ def main() -> None:
         if COMM.rank == 0:
             for name in names:
                 seconds, *_ = ringlet._core.simulate(
-                    "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory)
+                    "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory,
+                    half_duplex=half_duplex)
                 measured = statistics.median(times[name])
                 rows.append({"placement": args.label, "size": size, "algorithm": name,
                              "measured_s": measured, "predicted_s": seconds,
@@ -101,7 +141,8 @@ def main() -> None:
           f"{params.source}: alpha {params.alpha * 1e6:.1f} us, B {1 / params.beta / 1e9:.2f} GB/s"
           f", across: alpha {params.alpha_across * 1e6:.1f} us, "
           f"B {inter[0] / 1e6:.0f} MB/s{' (given)' if args.inter else ''}, "
-          f"gamma {gamma * 1e9:.3f} ns/B\n")
+          f"gamma {gamma * 1e9:.3f} ns/B; exchanging 4 MiB both ways between nodes takes "
+          f"{slowdown:.2f}x one way ({'half' if half_duplex else 'full'} duplex)\n")
     print("| placement | size | node memory | algorithm | measured | predicted "
           "| predicted / measured |")
     print("|---|---|---|---|---|---|---|")
