@@ -136,6 +136,24 @@ fn one_node(n: usize) -> Nodes {
     Nodes::single(n)
 }
 
+/// A program that receives `bytes` from `from` while it sends `bytes` to `to`, then waits.
+fn send_and_receive(from: u32, to: u32, bytes: u64) -> Vec<Op> {
+    vec![
+        Op::Receive {
+            from,
+            bytes,
+            request: 0,
+        },
+        Op::Send {
+            to,
+            bytes,
+            request: 1,
+        },
+        Op::Wait { request: 0 },
+        Op::Wait { request: 1 },
+    ]
+}
+
 const NET: Network = Network {
     intra: Link {
         bandwidth: 10e9,
@@ -327,21 +345,9 @@ fn a_node_s_memory_is_shared_by_its_copies_and_combines() {
     // their turns on it, which the ports alone would not.
     let bytes = 8_000_000u64;
     let exchange = |peer: u32| {
-        vec![
-            Op::Receive {
-                from: peer,
-                bytes,
-                request: 0,
-            },
-            Op::Send {
-                to: peer,
-                bytes,
-                request: 1,
-            },
-            Op::Wait { request: 0 },
-            Op::Wait { request: 1 },
-            Op::Combine { bytes },
-        ]
+        let mut program = send_and_receive(peer, peer, bytes);
+        program.push(Op::Combine { bytes });
+        program
     };
     let programs = vec![exchange(1), exchange(0)];
     let fast = run(&programs, &Nodes::single(2), &NET).expect("runs");
@@ -438,22 +444,7 @@ fn a_half_duplex_connection_serializes_an_exchange_but_not_a_ring() {
     // Two nodes of one rank: each sends 1 MB to the other at once. Full duplex, both run at
     // 1 GB/s side by side; half duplex, the second waits for the first on their connection.
     let bytes = 1_000_000;
-    let exchange = |peer: u32| {
-        vec![
-            Op::Receive {
-                from: peer,
-                bytes,
-                request: 0,
-            },
-            Op::Send {
-                to: peer,
-                bytes,
-                request: 1,
-            },
-            Op::Wait { request: 0 },
-            Op::Wait { request: 1 },
-        ]
-    };
+    let exchange = |peer: u32| send_and_receive(peer, peer, bytes);
     let nodes = Nodes::from_labels(&[0, 1]);
     let half = Network {
         half_duplex: true,
@@ -467,23 +458,9 @@ fn a_half_duplex_connection_serializes_an_exchange_but_not_a_ring() {
 
     // A ring over 3 nodes sends each way on a different connection: no change.
     let nodes = Nodes::from_labels(&[0, 1, 2]);
-    let ring = |r: u32| {
-        vec![
-            Op::Receive {
-                from: (r + 2) % 3,
-                bytes,
-                request: 0,
-            },
-            Op::Send {
-                to: (r + 1) % 3,
-                bytes,
-                request: 1,
-            },
-            Op::Wait { request: 0 },
-            Op::Wait { request: 1 },
-        ]
-    };
-    let programs: Vec<_> = (0..3).map(ring).collect();
+    let programs: Vec<_> = (0..3)
+        .map(|r| send_and_receive((r + 2) % 3, (r + 1) % 3, bytes))
+        .collect();
     let full = run(&programs, &nodes, &NET).expect("runs").seconds;
     let serialized = run(&programs, &nodes, &half).expect("runs").seconds;
     assert_eq!(full, serialized);
