@@ -247,13 +247,17 @@ def start(
         client = cluster.connect_client_sync()
         try:
             client.wait_for_engines(n, timeout=timeout, interactive=progress)
-        except TimeoutError as error:
+        except (TimeoutError, ipp.error.EngineError) as error:
+            # A launcher that fails at once may be noticed before the timeout (ipyparallel's
+            # EngineError, "Engine set stopped") or not: the same failure, told the same way.
+            when = (f"within {timeout:g} s" if isinstance(error, TimeoutError)
+                    else f"before the launcher stopped ({error})")
             output = "\n".join(
                 engine_set.get_output() for engine_set in cluster.engines.values()
                 if hasattr(engine_set, "get_output")
             ).strip()
             raise RuntimeError(
-                f"{len(client.ids)} of {n} engines registered within {timeout:g} s"
+                f"{len(client.ids)} of {n} engines registered {when}"
                 + (f"; the launcher printed:\n{output}" if output else "")
             ) from error
         info = client[:].apply_sync(_engine_info, dict(init_kwargs or {}))

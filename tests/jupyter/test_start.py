@@ -155,6 +155,23 @@ def test_engines_that_cannot_start_raise_with_the_launchers_words_and_leave_noth
     assert wait_until_gone("ringlet-test-broken") == []
 
 
+def test_a_launcher_seen_to_stop_is_told_the_same_way(monkeypatch):
+    # ipyparallel notices a launcher that exits at once either before the timeout (its
+    # EngineError, "Engine set stopped") or not (a timeout): a fresh-clone run met the first.
+    import ipyparallel
+
+    def stopped(self, n, timeout=-1, interactive=None):
+        raise ipyparallel.error.EngineError("Engine set stopped: {'exit_code': 1}")
+
+    monkeypatch.setattr(ipyparallel.Client, "wait_for_engines", stopped)
+    with pytest.raises(RuntimeError, match=r"0 of 2 engines registered before the launcher "
+                                           r"stopped \(Engine set stopped") as caught:
+        jupyter.start(n=2, mpi_args=["--no-such-mpiexec-option"], progress=False,
+                      cluster_id="ringlet-test-stopped")
+    assert isinstance(caught.value.__cause__, ipyparallel.error.EngineError)
+    assert wait_until_gone("ringlet-test-stopped") == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
