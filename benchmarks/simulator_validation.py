@@ -57,15 +57,12 @@ def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
     return float(COMM.allreduce(per_node, op=MPI.MIN))
 
 
-def exchange_slowdown(nbytes: int = 4 << 20, repeats: int = 3) -> float:
+def exchange_slowdown(labels: list[int], nbytes: int = 4 << 20, repeats: int = 3) -> float:
     """How much longer two ranks on different nodes take to exchange ``nbytes`` both ways at
     once than to send them one way (1: full duplex, 2: one direction at a time); the median of
-    ``repeats``. Rank 0 and the first rank of another node take part, the others wait.
-    Collective; 1.0 on one node."""
-    node = COMM.Split_type(MPI.COMM_TYPE_SHARED)
-    leaders = COMM.allgather(node.allreduce(COMM.rank, op=MPI.MIN))
-    node.Free()
-    peer = next((r for r in range(COMM.size) if leaders[r] != leaders[0]), None)
+    ``repeats``. Rank 0 and the first rank of another node (``labels``: each rank's node) take
+    part, the others wait. Collective; 1.0 on one node."""
+    peer = next((r for r in range(COMM.size) if labels[r] != labels[0]), None)
     if peer is None:
         return 1.0
     ratio = 1.0
@@ -109,7 +106,7 @@ def main() -> None:
              else (1 / params.beta_across, params.alpha_across))
     gamma = params.gamma_of("float32")
     # Half duplex when exchanging both ways takes clearly longer than one way (Open MPI's TCP).
-    slowdown = exchange_slowdown()
+    slowdown = exchange_slowdown(labels)
     half_duplex = slowdown > 1.5
     rows = []
     for size in (sim.parse_size(s) for s in args.sizes.split(",")):

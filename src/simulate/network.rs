@@ -295,10 +295,10 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                         outcome.link_bytes[src_node][0] += bytes;
                         outcome.link_bytes[dst_node][1] += bytes;
                         let mut start = now.max(link_free[src_node][0]).max(link_free[dst_node][1]);
-                        let connection = pair(r.min(to), r.max(to));
-                        if network.half_duplex {
-                            start =
-                                start.max(connection_free.get(&connection).copied().unwrap_or(0.0));
+                        // Only with half duplex: the key is looked up for every message.
+                        let connection = network.half_duplex.then(|| pair(r.min(to), r.max(to)));
+                        if let Some(key) = connection {
+                            start = start.max(connection_free.get(&key).copied().unwrap_or(0.0));
                         }
                         let mut rate = network.inter.bandwidth;
                         let mut latency = network.inter.latency;
@@ -316,8 +316,8 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                         let done = start + bytes as f64 / rate;
                         link_free[src_node][0] = done;
                         link_free[dst_node][1] = done;
-                        if network.half_duplex {
-                            connection_free.insert(connection, done);
+                        if let Some(key) = connection {
+                            connection_free.insert(key, done);
                         }
                         if src_group != dst_group {
                             group_free[src_group][0] = done;
