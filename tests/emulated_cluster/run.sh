@@ -52,7 +52,8 @@ for layout in "${layouts[@]}"; do
   mkdir -p "$dir"
   echo "=== cluster, $name: mpirun ${args[*]}"
   status=0
-  RINGLET_TEST_REPORTS=$dir RINGLET_CACHE_DIR=$dir/cache timeout -k 10 300 \
+  # CALLER_ONLY is not forwarded: as over ssh, only ranks on host 0 (mpirun's own) may see it.
+  CALLER_ONLY=1 RINGLET_TEST_REPORTS=$dir RINGLET_CACHE_DIR=$dir/cache timeout -k 10 300 \
     "$CLUSTER" mpirun "${args[@]}" "$PYTHON" tests/mpi_pytest.py -q --color=no \
     tests/emulated_cluster/test_cluster.py || status=$?
   # Every rank's JUnit report counts: a rank that failed, or ran nothing, fails the layout.

@@ -48,6 +48,13 @@ def test_the_job_spans_several_hosts():
                if nodes[r] == nodes[s])
 
 
+def test_other_hosts_get_a_logins_environment_not_the_callers():
+    # run.sh sets CALLER_ONLY for mpirun and does not forward it (-x), as ssh would not.
+    on_first_host = MPI.Get_processor_name() == "rgl-h0"
+    assert (os.environ.get("CALLER_ONLY") == "1") == on_first_host
+    assert os.environ.get("RINGLET_TEST_REPORTS")  # what mpirun forwards arrives everywhere
+
+
 def test_idle_ranks_yield_the_cores_the_hosts_share():
     # Every emulated host runs on this machine's few cores; ranks that busy-poll while they wait
     # would make each step between hosts wait for the scheduler (tools/emulated_cluster.sh).
