@@ -24,6 +24,12 @@ pub enum Tier {
     /// previous node's, as a ring between nodes does (one flow each way on every link, each
     /// with its own peer: MPI's TCP transport is slower when two ranks send to each other).
     Across,
+    /// Between pairs of nodes (the 2k-th with the (2k+1)-th), every rank with the rank of the
+    /// same index on the other node, both ways at once, as halving-doubling's steps do.
+    Pairs,
+    /// As [`Tier::Pairs`], one way: the even node's ranks send, the odd node's answer with an
+    /// empty message once all has arrived.
+    PairsOneWay,
 }
 
 impl Tier {
@@ -32,9 +38,22 @@ impl Tier {
             "any" => Ok(Tier::Any),
             "within" => Ok(Tier::Within),
             "across" => Ok(Tier::Across),
+            "pairs" => Ok(Tier::Pairs),
+            "pairs_one_way" => Ok(Tier::PairsOneWay),
             _ => Err(CoreError::InvalidArgument(format!(
-                "unknown tier {name:?}; accepted: \"any\", \"within\", \"across\""
+                "unknown tier {name:?}; accepted: \"any\", \"within\", \"across\", \
+                 \"pairs\", \"pairs_one_way\""
             ))),
+        }
+    }
+
+    /// How many bytes this rank sends and receives per exchange of `nbytes` on the tier.
+    fn lengths(self, transport: &dyn Transport, nbytes: usize) -> (usize, usize) {
+        let nodes = transport.nodes();
+        match self {
+            Tier::PairsOneWay if nodes.of(transport.rank()).is_multiple_of(2) => (nbytes, 0),
+            Tier::PairsOneWay => (0, nbytes),
+            _ => (nbytes, nbytes),
         }
     }
 
@@ -51,6 +70,14 @@ impl Tier {
                 first(node + 1).zip(first(node + count - 1))
             }
             Tier::Across => None,
+            Tier::Pairs | Tier::PairsOneWay => {
+                let partner = node ^ 1;
+                pair(
+                    (partner < count)
+                        .then(|| nodes.members(partner).get(local).copied())
+                        .flatten(),
+                )
+            }
         }
     }
 }
@@ -65,10 +92,11 @@ pub fn sendrecv_seconds(
     tier: Tier,
 ) -> Result<f64> {
     let peers = tier.peers(transport);
-    let mut send = Scratch::new(nbytes);
-    let mut recv = Scratch::new(nbytes);
-    let send = send.bytes(nbytes)?;
-    let recv = recv.bytes(nbytes)?;
+    let (sent, received) = tier.lengths(transport, nbytes);
+    let mut send = Scratch::new(sent);
+    let mut recv = Scratch::new(received);
+    let send = send.bytes(sent)?;
+    let recv = recv.bytes(received)?;
     let mut samples = Vec::with_capacity(repeats);
     for _ in 0..repeats.max(1) {
         let start = Instant::now();

@@ -269,3 +269,47 @@ fn factors_are_applied_once_on_every_layout_and_across_separate_buffers() {
         }
     }
 }
+
+#[test]
+fn messages_between_nodes_go_in_pieces_of_the_across_limit_only() {
+    // 20 bytes: not a multiple of any element size, so pieces also cut through elements, which
+    // the receiver must put back together.
+    const ACROSS: usize = 20;
+    for layout in [&[0usize, 0, 1, 1][..], &[0, 1, 0, 1], &[0, 1, 1, 2, 2, 2]] {
+        let n = layout.len();
+        for schedule in node_algorithms(layout) {
+            let (dtype, op) = (DType::F64, ReduceOp::Sum);
+            let per_rank = exact_inputs(n, 1000, op);
+            let expected = reference(dtype, op, &per_rank);
+            let setup = Setup {
+                nodes: Some(layout.to_vec()),
+                across_message_bytes: ACROSS,
+                ..Setup::default()
+            };
+            let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
+            let outcomes = run_with(schedule, inputs, dtype, op, &setup);
+            let name = schedule.name();
+            for (rank, outcome) in outcomes.iter().enumerate() {
+                assert!(
+                    outcome.result == expected,
+                    "{name} on {layout:?}: rank {rank}"
+                );
+                assert!(
+                    outcome.largest_across <= ACROSS,
+                    "{name} on {layout:?}: rank {rank} sent {} bytes at once between nodes",
+                    outcome.largest_across
+                );
+            }
+            assert!(
+                outcomes.iter().any(|o| o.bytes_across > 0),
+                "{name} on {layout:?} sends nothing between nodes"
+            );
+            // Inside a node the messages stay whole (8000 bytes cut in n or fewer blocks).
+            let largest = outcomes.iter().map(|o| o.largest_message).max();
+            assert!(
+                largest > Some(ACROSS),
+                "{name} on {layout:?}: at most {largest:?}"
+            );
+        }
+    }
+}

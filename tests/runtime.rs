@@ -16,6 +16,7 @@ use _core::runtime::reduce::{reduce_on, Data};
 use _core::runtime::reduce_scatter::reduce_scatter_on;
 use _core::runtime::stall::{Sink, StallPolicy};
 use _core::transport::local::LocalTransport;
+use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -590,21 +591,39 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
 
 #[test]
 fn settings_are_part_of_every_call() {
-    for n in GROUPS {
-        let outcomes = on(n, |comm| {
-            if comm.rank() == n - 1 {
-                let mut settings = comm.settings();
-                settings.tuning.segment_bytes = 1024;
-                comm.set_settings(settings).expect("valid settings");
-            }
-            allreduce_of(comm, &[8], DType::F32, ReduceOp::Sum, "pipelined_ring")
-        });
-        for outcome in outcomes {
-            match outcome {
-                Err(CoreError::Mismatch(message)) => {
-                    assert!(message.contains(", with segment_bytes=1024"), "{message}")
+    type Change = fn(&mut Settings);
+    let changes: [(Change, &str); 3] = [
+        (
+            |s| s.tuning.segment_bytes = 1024,
+            ", with segment_bytes=1024",
+        ),
+        // Calibration's choice as much as the user's: the pieces must agree on both ends.
+        (
+            |s| s.calibrated_across_bytes = 4096,
+            ", with across_message_bytes=4096",
+        ),
+        (
+            |s| s.across_message_bytes = Some(512),
+            ", with across_message_bytes=512",
+        ),
+    ];
+    for (change, said) in changes {
+        for n in GROUPS {
+            let outcomes = on(n, |comm| {
+                if comm.rank() == n - 1 {
+                    let mut settings = comm.settings();
+                    change(&mut settings);
+                    comm.set_settings(settings).expect("valid settings");
                 }
-                other => panic!("N={n}: {other:?}"),
+                allreduce_of(comm, &[8], DType::F32, ReduceOp::Sum, "pipelined_ring")
+            });
+            for outcome in outcomes {
+                match outcome {
+                    Err(CoreError::Mismatch(message)) => {
+                        assert!(message.contains(said), "{message}")
+                    }
+                    other => panic!("N={n}: {other:?}"),
+                }
             }
         }
     }
@@ -662,13 +681,44 @@ fn hosts_are_gathered_in_rank_order() {
 #[test]
 fn settings_are_checked() {
     let results = on(1, |comm| {
-        let bad = Settings {
-            max_message_bytes: 0,
-            ..comm.settings()
-        };
-        comm.set_settings(bad)
+        let before = comm.settings();
+        let bad = [
+            Settings {
+                max_message_bytes: 0,
+                ..before
+            },
+            Settings {
+                across_message_bytes: Some(0),
+                ..before
+            },
+            Settings {
+                calibrated_across_bytes: usize::MAX,
+                ..before
+            },
+        ];
+        let refused = bad.map(|settings| comm.set_settings(settings).is_err());
+        (refused, comm.settings() == before)
     });
-    assert!(matches!(results[0], Err(CoreError::InvalidArgument(_))));
+    assert_eq!(
+        results[0],
+        ([true; 3], true),
+        "refused each, and kept the settings"
+    );
+}
+
+#[test]
+fn the_users_limit_between_nodes_wins_over_calibrations() {
+    let settings = Settings {
+        calibrated_across_bytes: 4096,
+        ..Settings::default()
+    };
+    assert_eq!(settings.limits().across, 4096);
+    let chosen = Settings {
+        across_message_bytes: Some(100),
+        ..settings
+    };
+    assert_eq!(chosen.limits().across, 100);
+    assert_eq!(chosen.limits().any, DEFAULT_MAX_MESSAGE_BYTES);
 }
 
 #[test]

@@ -116,7 +116,9 @@ def settings(
     segment_bytes: int | None = None,
     max_message_bytes: int | None = None,
     node_major_rings: bool | None = None,
-) -> dict[str, int]: ...
+    across_message_bytes: int | str | None = None,
+    calibrated_across_bytes: int | None = None,
+) -> dict[str, int | bool]: ...
 def allreduce_fast(
     x: object, op: object, out: object | None, algorithm: object
 ) -> npt.NDArray[Any] | None:

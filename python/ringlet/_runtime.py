@@ -9,7 +9,7 @@ import threading
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import _core
 
@@ -202,24 +202,40 @@ def mpi_library() -> str:
 
 
 def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None = None,
-             node_major_rings: bool | None = None) -> dict:
+             node_major_rings: bool | None = None,
+             across_message_bytes: int | Literal["auto"] | None = None) -> dict:
     """The settings that shape ringlet's traffic on its communicator, after applying any given:
     ``segment_bytes`` (the pipelined ring's segment, default 256 KiB), ``max_message_bytes``
-    (messages above it are split; default and maximum 2^31 - 1, MPI's count limit) and
-    ``node_major_rings`` (default True: across nodes the rings visit each node's ranks in a
-    row, whatever the placement; False keeps rank order, to measure what that gains).
+    (messages above it are split; default and maximum 2^31 - 1, MPI's count limit),
+    ``across_message_bytes`` (messages between ranks on different nodes above it are split;
+    default ``"auto"``: what calibration measured fastest, see below) and ``node_major_rings``
+    (default True: across nodes the rings visit each node's ranks in a row, whatever the
+    placement; False keeps rank order, to measure what that gains).
+
+    Between nodes, calibration times two ranks exchanging both ways at once with whole
+    messages and with pieces below the MPI library's eager limit, and keeps pieces where they
+    are faster: over Open MPI's TCP transport a rank's rendezvous reply can wait behind its own
+    outgoing transfer, so whole messages exchanged both ways take twice as long (see
+    ``benchmarks/RESULTS.md``). The returned dict says the limit in force
+    (``across_message_bytes``) and whether it is calibration's (``across_message_bytes_auto``).
 
     Every rank must make the same change before its next collective: the settings are part of
     each collective's consistency check, so ranks that differ get ``MismatchError``. A change
     also discards the ``auto`` decision table (it is rebuilt at the next ``auto`` call).
     """
     init()
-    for name, value in (("segment_bytes", segment_bytes), ("max_message_bytes", max_message_bytes)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    limits = (("segment_bytes", segment_bytes), ("max_message_bytes", max_message_bytes),
+              ("across_message_bytes", None if across_message_bytes == "auto"
+               else across_message_bytes))
+    for name, value in limits:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= 2**31 - 1):
+            accepted = " or 'auto'" if name == "across_message_bytes" else ""
+            raise ValueError(f"{name} must be an int from 1 to 2**31 - 1{accepted}, got {value!r}")
     if node_major_rings is not None and not isinstance(node_major_rings, bool):
         raise ValueError(f"node_major_rings must be True or False, got {node_major_rings!r}")
-    return _core.settings(segment_bytes, max_message_bytes, node_major_rings)
+    return _core.settings(segment_bytes, max_message_bytes, node_major_rings,
+                          across_message_bytes)
 
 
 def stats() -> dict[str, dict[str, float]]:

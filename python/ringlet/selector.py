@@ -62,7 +62,7 @@ ALGORITHMS = tuple(_core.algorithms("allreduce"))
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
 registers them."""
 
-CACHE_FORMAT = 4  # bump when the calibration procedure changes
+CACHE_FORMAT = 5  # bump when the calibration procedure changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
                      16 << 20)
 """float32 message sizes (bytes) at which calibration times every candidate."""
@@ -74,6 +74,19 @@ fit (on a slow network, sooner; larger sizes keep the last measured correction).
 ACROSS_PROBE_BYTES = 512 << 10
 """The exchange between nodes that measures their bandwidth: long enough to dwarf the latency,
 short enough for a slow link (40 ms at 100 Mbit/s)."""
+WHOLE_MESSAGES = 2**31 - 1
+"""A limit that never cuts a message (MPI's count limit)."""
+ACROSS_PIECES = (32 << 10, 16 << 10)
+"""The pieces calibration tries for messages between nodes, against whole messages: below the
+eager limits of Open MPI's TCP transport (64 KiB, its header included) and of libfabric's
+tcp;ofi_rxm (16 KiB), so each piece goes without a rendezvous."""
+PIECES_GAIN = 0.9
+"""Pieces replace whole messages between nodes only when the exchange takes at most this
+fraction of the time (a tie keeps whole messages: fewer of them, and zero-copy where the
+network does it)."""
+HALF_DUPLEX = 1.5
+"""An exchange both ways at once that takes longer than this times one way: the connections
+carry one direction at a time (the simulator's ``half_duplex``)."""
 
 # Built-in parameters (a 2-core AMD EPYC VM, Open MPI 4.1): used with RINGLET_CALIBRATE=0
 # and by explain() before any calibration exists.
@@ -122,6 +135,11 @@ class Parameters:
     alpha_across: float = DEFAULT_ALPHA_ACROSS
     beta_across: float = DEFAULT_BETA_ACROSS
     gamma: dict[str, float] = field(default_factory=dict)
+    # Between nodes: the longest message sent whole (longer ones go in pieces), and how much
+    # longer two ranks take to exchange both ways at once than one way with it (1: the
+    # connections are full duplex, 2: one direction at a time).
+    across_message_bytes: int = WHOLE_MESSAGES
+    exchange_slowdown: float = 1.0
     # algorithm -> [(bytes, measured / model)], from float32 timings, sorted by bytes.
     corrections: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     key: dict[str, Any] = field(default_factory=dict)
@@ -146,9 +164,13 @@ class Parameters:
             raise ValueError("not a ringlet calibration of this format")
         params = cls(**data, source=source)
         numbers = [params.alpha, params.beta, params.alpha_across, params.beta_across,
-                   *params.gamma.values()]
+                   params.exchange_slowdown, *params.gamma.values()]
         if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in numbers):
             raise ValueError("parameters must be positive numbers")
+        limit = params.across_message_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or \
+                not 1 <= limit <= WHOLE_MESSAGES:
+            raise ValueError(f"across_message_bytes must be 1 to {WHOLE_MESSAGES}")
         params.corrections = {
             name: sorted((int(b), float(r)) for b, r in points)
             for name, points in params.corrections.items()
@@ -374,6 +396,9 @@ def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
 
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
+    # Calibration's pieces between nodes first: a settings change discards the core's table.
+    # The user's own limit, if set, stays in force (the core keeps the two apart).
+    _core.settings(calibrated_across_bytes=params.across_message_bytes)
     _params, _table, _table_size = params, build_table(size, params), size
     # The collectives that choose in the core (reduce, ...) price their algorithms with these.
     _core.set_model(params.alpha, params.beta, params.alpha_across, params.beta_across,
@@ -450,10 +475,19 @@ def calibration_key() -> dict[str, Any]:
         "kernels": _core.kernel_level(),
         "core_build": _core_build(),
         "format": CACHE_FORMAT,
-        "settings": _core.settings(),
+        "settings": _user_settings(),
         "algorithms": list(ALGORITHMS),
         "shared_memory": bool(_core.shared_memory(0)[0]),
     }
+
+
+def _user_settings() -> dict[str, Any]:
+    """The settings the user chose: calibration's own limit between nodes is its result, not
+    part of what it depends on."""
+    settings = _core.settings()
+    if settings.pop("across_message_bytes_auto"):
+        del settings["across_message_bytes"]
+    return settings
 
 
 def _core_build() -> str:
@@ -554,6 +588,7 @@ def _measure(key: dict[str, Any]) -> Parameters:
         params.alpha = max(small, 1e-9)
         params.beta = max((large - small) / (1 << 20), 1e-13)
     if several:
+        _choose_pieces_across(params)
         probe = ACROSS_PROBE_BYTES
         small = _pair_seconds("across", 8, 50)
         large = _pair_seconds("across", probe, 5)
@@ -597,6 +632,29 @@ def _measure(key: dict[str, Any]) -> Parameters:
     params.calibration_seconds = progress.elapsed()
     progress.done()
     return params
+
+
+def _choose_pieces_across(params: Parameters) -> None:
+    """Time pairs of ranks on two nodes exchanging ``ACROSS_PROBE_BYTES`` both ways at once with
+    whole messages and with each of ``ACROSS_PIECES`` (or only with the user's limit, if set),
+    keep the fastest (whole messages unless pieces gain ``PIECES_GAIN``) and install it; note
+    how much longer than one way the exchange takes with it. Collective: the slowest pair's
+    times decide, the same on every rank."""
+    settings = _core.settings()
+    auto = settings["across_message_bytes_auto"]
+    options = (WHOLE_MESSAGES, *ACROSS_PIECES) if auto else (settings["across_message_bytes"],)
+    one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 5)
+    both_ways = {}
+    for limit in options:
+        _core.settings(calibrated_across_bytes=limit)
+        both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 5)
+    chosen = options[0]
+    fastest = min(options, key=lambda limit: both_ways[limit])
+    if both_ways[fastest] < PIECES_GAIN * both_ways[chosen]:
+        chosen = fastest
+    _core.settings(calibrated_across_bytes=chosen)
+    params.across_message_bytes = chosen
+    params.exchange_slowdown = max(both_ways[chosen], 1e-9) / max(one_way, 1e-9)
 
 
 def parameters(recalibrate: bool = False) -> Parameters:
@@ -673,7 +731,8 @@ def simulated_seconds(algorithm: str, nbytes: int, dtype: str, params: Parameter
     try:
         seconds, *_ = _core.simulate(
             "allreduce", algorithm, nodes, int(nbytes), (1 / params.beta, params.alpha),
-            (1 / params.beta_across, params.alpha_across), params.gamma_of(dtype))
+            (1 / params.beta_across, params.alpha_across), params.gamma_of(dtype),
+            half_duplex=params.exchange_slowdown > HALF_DUPLEX)
     except ValueError:
         return None
     return float(seconds)

@@ -98,24 +98,52 @@ fn mpi_library(py: Python<'_>) -> PyResult<(String, String)> {
 }
 
 /// The communicator's settings; the keyword arguments change them first.
+/// `across_message_bytes` is a number of bytes or "auto" (calibration's choice, which
+/// `calibrated_across_bytes` installs).
 #[pyfunction]
-#[pyo3(signature = (segment_bytes=None, max_message_bytes=None, node_major_rings=None))]
+#[pyo3(signature = (
+    segment_bytes=None,
+    max_message_bytes=None,
+    node_major_rings=None,
+    across_message_bytes=None,
+    calibrated_across_bytes=None,
+))]
 fn settings<'py>(
     py: Python<'py>,
     segment_bytes: Option<usize>,
     max_message_bytes: Option<usize>,
     node_major_rings: Option<bool>,
+    across_message_bytes: Option<Bound<'py, PyAny>>,
+    calibrated_across_bytes: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // Some(None): back to calibration's choice; Some(Some(n)): the user's limit.
+    let across: Option<Option<usize>> = match across_message_bytes {
+        None => None,
+        Some(value) if value.extract::<&str>().is_ok_and(|v| v == "auto") => Some(None),
+        Some(value) => Some(Some(value.extract::<usize>().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "across_message_bytes must be a positive int or \"auto\", got {value}"
+            ))
+        })?)),
+    };
     let settings = detached(py, || {
-        process::update_settings(|s| {
+        runtime::update_settings(|s| {
             s.tuning.segment_bytes = segment_bytes.unwrap_or(s.tuning.segment_bytes);
             s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);
             s.tuning.node_major = node_major_rings.unwrap_or(s.tuning.node_major);
+            s.across_message_bytes = across.unwrap_or(s.across_message_bytes);
+            s.calibrated_across_bytes =
+                calibrated_across_bytes.unwrap_or(s.calibrated_across_bytes);
         })
     })?;
     let dict = PyDict::new(py);
     dict.set_item("segment_bytes", settings.tuning.segment_bytes)?;
     dict.set_item("max_message_bytes", settings.max_message_bytes)?;
+    dict.set_item("across_message_bytes", settings.limits().across)?;
+    dict.set_item(
+        "across_message_bytes_auto",
+        settings.across_message_bytes.is_none(),
+    )?;
     dict.set_item("node_major_rings", settings.tuning.node_major)?;
     Ok(dict)
 }

@@ -11,7 +11,7 @@ use super::stall::{Sink, StallInspector, StallPolicy};
 use crate::auto::Refiner;
 use crate::error::{CoreError, Result};
 use crate::schedules::Tuning;
-use crate::transport::{Transport, DEFAULT_MAX_MESSAGE_BYTES};
+use crate::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,6 +22,11 @@ pub struct Settings {
     pub tuning: Tuning,
     /// Messages above this are split (MPI counts are C ints).
     pub max_message_bytes: usize,
+    /// Messages between nodes above this are split, if the user says so; `None`: what
+    /// calibration chose.
+    pub across_message_bytes: Option<usize>,
+    /// What calibration found fastest between nodes (whole messages until it has run).
+    pub calibrated_across_bytes: usize,
 }
 
 impl Default for Settings {
@@ -29,15 +34,28 @@ impl Default for Settings {
         Settings {
             tuning: Tuning::default(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            across_message_bytes: None,
+            calibrated_across_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
 
 impl Settings {
-    fn words(&self) -> [u64; 3] {
+    /// The limits the transport cuts messages at.
+    pub fn limits(&self) -> MessageLimits {
+        MessageLimits {
+            any: self.max_message_bytes,
+            across: self
+                .across_message_bytes
+                .unwrap_or(self.calibrated_across_bytes),
+        }
+    }
+
+    fn words(&self) -> [u64; 4] {
         [
             self.tuning.segment_bytes as u64,
             self.max_message_bytes as u64,
+            self.limits().across as u64,
             self.tuning.node_major as u64,
         ]
     }
@@ -54,6 +72,9 @@ impl Settings {
         }
         if self.max_message_bytes != defaults.max_message_bytes {
             parts.push(format!("max_message_bytes={}", self.max_message_bytes));
+        }
+        if self.limits().across != defaults.limits().across {
+            parts.push(format!("across_message_bytes={}", self.limits().across));
         }
         if parts.is_empty() {
             String::new()
@@ -99,7 +120,7 @@ impl<T: Transport> Communicator<T> {
         ));
         transport.set_watcher(inspector.clone());
         let settings = Settings::default();
-        transport.set_message_limit(settings.max_message_bytes);
+        transport.set_message_limits(settings.limits());
         let hosts = consistency::gather_descriptions(&transport, 0, &options.host)?
             .into_iter()
             .map(|(_, host)| host)
@@ -156,20 +177,24 @@ impl<T: ?Sized + Transport> Communicator<T> {
     /// Change the settings. Every rank must make the same change before its next collective
     /// (the next call's check sees to it).
     pub fn set_settings(&mut self, settings: Settings) -> Result<()> {
-        if settings.tuning.segment_bytes == 0 || settings.max_message_bytes == 0 {
-            return Err(CoreError::InvalidArgument(format!(
-                "segment_bytes and max_message_bytes must be at least 1, got {} and {}",
-                settings.tuning.segment_bytes, settings.max_message_bytes
-            )));
+        if settings.tuning.segment_bytes == 0 {
+            return Err(CoreError::InvalidArgument(
+                "segment_bytes must be at least 1, got 0".into(),
+            ));
         }
-        if settings.max_message_bytes > DEFAULT_MAX_MESSAGE_BYTES {
-            return Err(CoreError::InvalidArgument(format!(
-                "max_message_bytes may be at most {DEFAULT_MAX_MESSAGE_BYTES} (MPI's count \
-                 limit), got {}",
-                settings.max_message_bytes
-            )));
+        let limits = [
+            ("max_message_bytes", settings.max_message_bytes),
+            ("across_message_bytes", settings.limits().across),
+        ];
+        for (name, bytes) in limits {
+            if bytes == 0 || bytes > DEFAULT_MAX_MESSAGE_BYTES {
+                return Err(CoreError::InvalidArgument(format!(
+                    "{name} must be 1 to {DEFAULT_MAX_MESSAGE_BYTES} (MPI's count limit), got \
+                     {bytes}"
+                )));
+            }
         }
-        self.transport.set_message_limit(settings.max_message_bytes);
+        self.transport.set_message_limits(settings.limits());
         self.settings = settings;
         Ok(())
     }
@@ -290,9 +315,9 @@ impl Communicator {
 
     /// What every call's digest covers besides the call: the settings, and whether `auto`
     /// refines.
-    fn words(&self) -> [u64; 4] {
-        let [segment, limit, node_major] = self.settings.words();
-        [segment, limit, node_major, self.explore as u64]
+    fn words(&self) -> [u64; 5] {
+        let [segment, limit, across, node_major] = self.settings.words();
+        [segment, limit, across, node_major, self.explore as u64]
     }
 
     /// A call's check failed (on every rank, so in step): `auto`'s refinement starts over, in

@@ -113,6 +113,12 @@ pub fn settings() -> Result<Settings> {
     process::with_communicator(WORLD, |comm| Ok(comm.settings()))
 }
 
+/// Change the settings of ringlet's communicator and its process sets, after every collective
+/// already queued: those run with the settings they were called under, on every rank alike.
+pub fn update_settings(change: impl FnOnce(&mut Settings) + Send) -> Result<Settings> {
+    worker::run_in_order(|| process::update_settings(change))
+}
+
 /// Rank, size and each rank's host, in process set `set`.
 pub fn group(set: SetId) -> Result<(usize, usize, Vec<String>)> {
     process::with_communicator(set, |comm| {

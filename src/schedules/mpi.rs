@@ -55,7 +55,7 @@ impl Allreduce for Mpi {
                 // Nothing to reduce; an empty slice's dangling pointer can equal MPI_IN_PLACE.
                 continue;
             }
-            for piece in message_pieces(part.len(), mpi.message_limit(), elem) {
+            for piece in message_pieces(part.len(), mpi.message_limits().any, elem) {
                 let count = (piece.len() / elem) as c_int;
                 // SAFETY: in-place allreduce on `count` elements inside `part`, which is live
                 // and exclusively borrowed for the call.

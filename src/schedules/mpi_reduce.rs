@@ -54,7 +54,7 @@ impl Reduce for MpiReduce {
         let comm = mpi.raw()?;
         let elem = reduction.elem_size();
         let at_root = transport.rank() == root;
-        for piece in message_pieces(buf.len(), mpi.message_limit(), elem) {
+        for piece in message_pieces(buf.len(), mpi.message_limits().any, elem) {
             if piece.is_empty() {
                 continue; // every rank skips alike: the length is the same everywhere
             }

@@ -9,7 +9,7 @@
 
 use crate::error::{CoreError, Result};
 use crate::kernels;
-use crate::transport::{Destination, Nodes, Pending, Request, Transport, Watcher};
+use crate::transport::{Destination, MessageLimits, Nodes, Pending, Request, Transport, Watcher};
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -38,7 +38,10 @@ pub struct Recorder {
     next_request: Cell<u32>,
     /// [`kernels::counted_bytes`] when the last op was recorded.
     combined: Cell<u64>,
-    message_limit: usize,
+    /// Kept for the trait: a recording counts logical messages, which the transports cut at
+    /// these limits into pieces that travel one after the other (the network model times the
+    /// whole).
+    message_limits: MessageLimits,
 }
 
 impl Recorder {
@@ -50,7 +53,7 @@ impl Recorder {
             program: RefCell::new(Vec::new()),
             next_request: Cell::new(0),
             combined: Cell::new(kernels::counted_bytes()),
-            message_limit: crate::transport::DEFAULT_MAX_MESSAGE_BYTES,
+            message_limits: MessageLimits::default(),
         }
     }
 
@@ -158,12 +161,12 @@ impl Transport for Recorder {
         Ok(Request::new(Box::new(pending), self))
     }
 
-    fn message_limit(&self) -> usize {
-        self.message_limit
+    fn message_limits(&self) -> MessageLimits {
+        self.message_limits
     }
 
-    fn set_message_limit(&mut self, bytes: usize) {
-        self.message_limit = bytes;
+    fn set_message_limits(&mut self, limits: MessageLimits) {
+        self.message_limits = limits;
     }
 
     fn send_notice(&self, _dest: usize, _notice: u64) -> Result<()> {

@@ -7,8 +7,7 @@
 use super::nodes::Nodes;
 use super::shm::{LocalShared, SharedMemory};
 use super::{
-    message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
-    DEFAULT_MAX_MESSAGE_BYTES,
+    message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
 use std::any::Any;
@@ -27,11 +26,13 @@ pub struct LocalTransport {
     from: Vec<Receiver<Vec<u8>>>,
     notices_to: Vec<Sender<(usize, u64)>>,
     notices: Receiver<(usize, u64)>,
-    max_message_bytes: usize,
+    limits: MessageLimits,
     watcher: Option<Arc<dyn Watcher>>,
     bytes_sent: Cell<usize>,
     messages_sent: Cell<usize>,
     largest_message: Cell<usize>,
+    /// The longest wire message to a rank on another node.
+    largest_across: Cell<usize>,
     shared: Option<LocalShared>,
     nodes: Nodes,
     /// Payload bytes sent to ranks on other nodes.
@@ -41,7 +42,7 @@ pub struct LocalTransport {
 impl LocalTransport {
     /// One transport per rank of a group of `size`; move each into its own thread.
     pub fn group(size: usize) -> Vec<LocalTransport> {
-        Self::group_with_limit(size, DEFAULT_MAX_MESSAGE_BYTES)
+        Self::group_with_limit(size, MessageLimits::default().any)
     }
 
     /// As [`group`](Self::group), splitting messages longer than `max_message_bytes`.
@@ -69,11 +70,15 @@ impl LocalTransport {
                 from,
                 notices_to: notices_to.clone(),
                 notices,
-                max_message_bytes,
+                limits: MessageLimits {
+                    any: max_message_bytes.max(1),
+                    ..MessageLimits::default()
+                },
                 watcher: None,
                 bytes_sent: Cell::new(0),
                 messages_sent: Cell::new(0),
                 largest_message: Cell::new(0),
+                largest_across: Cell::new(0),
                 shared: Some(shared),
                 nodes: Nodes::single(size),
                 bytes_across: Cell::new(0),
@@ -122,6 +127,11 @@ impl LocalTransport {
     /// The longest single wire message, after splitting.
     pub fn largest_message(&self) -> usize {
         self.largest_message.get()
+    }
+
+    /// The longest single wire message to a rank on another node, after splitting.
+    pub fn largest_across(&self) -> usize {
+        self.largest_across.get()
     }
 
     /// Messages sent to this rank that nobody received. A correct schedule leaves none.
@@ -208,10 +218,16 @@ impl Transport for LocalTransport {
 
     fn isend_pieces<'a>(&'a self, pieces: &[&'a [u8]], dest: usize) -> Result<Request<'a>> {
         self.check_peer(dest)?;
+        let limit = self.limits.between(&self.nodes, self.rank, dest);
+        let across = self.nodes.of(dest) != self.nodes.of(self.rank);
         for data in pieces {
-            for piece in message_pieces(data.len(), self.max_message_bytes, 1) {
+            for piece in message_pieces(data.len(), limit, 1) {
                 self.largest_message
                     .set(self.largest_message.get().max(piece.len()));
+                if across {
+                    self.largest_across
+                        .set(self.largest_across.get().max(piece.len()));
+                }
                 self.to[dest]
                     .send(data[piece].to_vec())
                     .map_err(|_| CoreError::Communication(format!("rank {dest} has exited")))?;
@@ -219,7 +235,7 @@ impl Transport for LocalTransport {
         }
         let bytes: usize = pieces.iter().map(|p| p.len()).sum();
         self.bytes_sent.set(self.bytes_sent.get() + bytes);
-        if self.nodes.of(dest) != self.nodes.of(self.rank) {
+        if across {
             self.bytes_across.set(self.bytes_across.get() + bytes);
         }
         self.messages_sent.set(self.messages_sent.get() + 1);
@@ -229,12 +245,13 @@ impl Transport for LocalTransport {
     fn irecv_to<'a>(&'a self, destination: Destination<'a>, source: usize) -> Result<Request<'a>> {
         self.check_peer(source)?;
         destination.check()?;
+        let limit = self.limits.between(&self.nodes, source, self.rank);
         let messages = destination
             .lengths()
             .iter()
             .enumerate()
             .flat_map(|(index, &len)| {
-                message_pieces(len, self.max_message_bytes, 1).map(move |piece| (index, piece))
+                message_pieces(len, limit, 1).map(move |piece| (index, piece))
             })
             .collect();
         let receive = LocalReceive {
@@ -248,12 +265,15 @@ impl Transport for LocalTransport {
         Ok(Request::new(Box::new(receive), self))
     }
 
-    fn message_limit(&self) -> usize {
-        self.max_message_bytes
+    fn message_limits(&self) -> MessageLimits {
+        self.limits
     }
 
-    fn set_message_limit(&mut self, bytes: usize) {
-        self.max_message_bytes = bytes.max(1);
+    fn set_message_limits(&mut self, limits: MessageLimits) {
+        self.limits = MessageLimits {
+            any: limits.any.max(1),
+            across: limits.across.max(1),
+        };
     }
 
     fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {

@@ -3,9 +3,9 @@
 //!
 //! A schedule sees only this trait: ranks, nonblocking send and receive with wait, sendrecv.
 //! What a send or a receive covers may be several pieces of memory (the parts of a vector that
-//! spans several arrays): each piece travels as its own message (split at the message limit),
-//! and the receiver posts the same piece lengths, into its own pieces or into consecutive parts
-//! of one buffer.
+//! spans several arrays): each piece travels as its own message (split at the message limits,
+//! see [`MessageLimits`]), and the receiver posts the same piece lengths, into its own pieces or
+//! into consecutive parts of one buffer.
 //! Two implementations: [`mpi::MpiTransport`] over an MPI communicator, and
 //! [`local::LocalTransport`], ranks as threads in one process, so that every schedule (and the
 //! runtime above them) is tested by `cargo test` at any rank count without MPI.
@@ -253,9 +253,9 @@ pub trait Transport {
         received.and(sent)
     }
 
-    /// Messages longer than this go as several (MPI counts are C ints).
-    fn message_limit(&self) -> usize;
-    fn set_message_limit(&mut self, bytes: usize);
+    /// How long a message may be before it goes as several.
+    fn message_limits(&self) -> MessageLimits;
+    fn set_message_limits(&mut self, limits: MessageLimits);
 
     /// Send a notice to `dest`; it does not wait for the receiver.
     fn send_notice(&self, dest: usize, notice: u64) -> Result<()>;
@@ -283,6 +283,48 @@ pub trait Transport {
 
     /// Which node each rank runs on (the same list on every rank).
     fn nodes(&self) -> &Nodes;
+}
+
+/// How long one message may be before a transport sends it as several (the receiver cuts
+/// alike, from the same limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageLimits {
+    /// Any message: MPI counts are C ints.
+    pub any: usize,
+    /// A message between ranks on different nodes. Below the MPI library's eager limit, each
+    /// piece goes without a rendezvous, which over Open MPI's TCP transport lets two ranks that
+    /// exchange both ways do so at once: with whole messages a rank's rendezvous reply can wait
+    /// behind its own outgoing transfer, and the exchange takes twice as long (measured in
+    /// calibration, which picks this limit; see `benchmarks/RESULTS.md`).
+    pub across: usize,
+}
+
+impl Default for MessageLimits {
+    fn default() -> Self {
+        MessageLimits {
+            any: DEFAULT_MAX_MESSAGE_BYTES,
+            across: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+impl MessageLimits {
+    /// The limit for a message between ranks `a` and `b` of `nodes`.
+    pub fn between(&self, nodes: &Nodes, a: usize, b: usize) -> usize {
+        if nodes.of(a) == nodes.of(b) {
+            self.any
+        } else {
+            self.any.min(self.across)
+        }
+    }
+
+    /// Both limits at least 1 and at most MPI's count limit.
+    pub fn clamped(self) -> Self {
+        MessageLimits {
+            any: self.any.clamp(1, DEFAULT_MAX_MESSAGE_BYTES),
+            across: self.across.clamp(1, DEFAULT_MAX_MESSAGE_BYTES),
+        }
+    }
 }
 
 /// Byte ranges of at most `limit` bytes, cut at multiples of `align`, covering `0..len`.

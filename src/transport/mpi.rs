@@ -13,8 +13,7 @@ use super::nodes::Nodes;
 use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
-    message_pieces, wrong_length, Destination, Pending, Request, Transport, Watcher,
-    DEFAULT_MAX_MESSAGE_BYTES,
+    message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
 use mpi::ffi;
@@ -50,7 +49,7 @@ pub struct MpiTransport {
     comm: Option<SimpleCommunicator>,
     rank: usize,
     size: usize,
-    max_message_bytes: usize,
+    limits: MessageLimits,
     watcher: Option<Arc<dyn Watcher>>,
     /// The node segment, or why there is none.
     shared: std::result::Result<MpiShared, Unavailable>,
@@ -183,7 +182,7 @@ impl MpiTransport {
             comm: Some(owned),
             rank: rank as usize,
             size: size as usize,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            limits: MessageLimits::default(),
             watcher: None,
             shared: Err(Unavailable::Disabled),
             nodes: discover_nodes(comm, rank, size)?,
@@ -222,7 +221,7 @@ impl MpiTransport {
     }
 
     /// Start the pieces (address and length each) to or from `peer` as messages of at most the
-    /// split limit, each begun by `start(address, length, request)` (MPI_Isend or MPI_Irecv).
+    /// limit between this rank and `peer`, each begun by `start(address, length, request)` (MPI_Isend or MPI_Irecv).
     /// If one fails, the messages already started are waited for when the returned error drops
     /// them.
     fn post<'a>(
@@ -241,8 +240,9 @@ impl MpiTransport {
             received: None,
             _send_buffer: PhantomData,
         };
+        let limit = self.limits.between(&self.nodes, self.rank, pending.peer);
         for (base, len) in pieces {
-            for message in message_pieces(len, self.max_message_bytes, 1) {
+            for message in message_pieces(len, limit, 1) {
                 let mut request = null_request();
                 // The message lies inside the piece: `base + start .. base + end`.
                 let address = base.wrapping_add(message.start);
@@ -457,12 +457,12 @@ impl Transport for MpiTransport {
         Ok(Request::new(Box::new(pending), self))
     }
 
-    fn message_limit(&self) -> usize {
-        self.max_message_bytes
+    fn message_limits(&self) -> MessageLimits {
+        self.limits
     }
 
-    fn set_message_limit(&mut self, bytes: usize) {
-        self.max_message_bytes = bytes.clamp(1, DEFAULT_MAX_MESSAGE_BYTES);
+    fn set_message_limits(&mut self, limits: MessageLimits) {
+        self.limits = limits.clamped();
     }
 
     fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {

@@ -7,7 +7,7 @@
 //! of ranks (those of one node and those across nodes never do).
 
 use super::nodes::Nodes;
-use super::{Destination, Request, Transport, Watcher};
+use super::{Destination, MessageLimits, Request, Transport, Watcher};
 use crate::error::{CoreError, Result};
 use std::any::Any;
 use std::sync::Arc;
@@ -76,12 +76,12 @@ impl Transport for View<'_> {
         self.inner.irecv_to(destination, self.underlying(source)?)
     }
 
-    fn message_limit(&self) -> usize {
-        self.inner.message_limit()
+    fn message_limits(&self) -> MessageLimits {
+        self.inner.message_limits()
     }
 
-    /// The underlying transport splits the messages, at its own limit.
-    fn set_message_limit(&mut self, _bytes: usize) {}
+    /// The underlying transport splits the messages, at its own limits.
+    fn set_message_limits(&mut self, _limits: MessageLimits) {}
 
     fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
         self.inner.send_notice(self.underlying(dest)?, notice)

@@ -7,7 +7,7 @@ use _core::dtype::{DType, ReduceOp};
 use _core::schedules::{self, Allreduce, Factors, Parts, Tuning};
 use _core::scratch;
 use _core::transport::local::LocalTransport;
-use _core::transport::{Transport, DEFAULT_MAX_MESSAGE_BYTES};
+use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// What one rank saw of a run.
 pub struct RankOutcome {
@@ -19,12 +19,16 @@ pub struct RankOutcome {
     pub unreceived: usize,
     /// Bytes sent to ranks on other nodes.
     pub bytes_across: usize,
+    /// The longest wire message to a rank on another node.
+    pub largest_across: usize,
 }
 
 /// How a run is set up beyond the inputs.
 #[derive(Clone, Debug)]
 pub struct Setup {
     pub max_message_bytes: usize,
+    /// The longest message between nodes (only with `nodes`).
+    pub across_message_bytes: usize,
     pub tuning: Tuning,
     /// The vector as separate buffers of these many elements each (the same on every rank);
     /// `None`: one contiguous buffer.
@@ -38,6 +42,7 @@ impl Default for Setup {
     fn default() -> Self {
         Setup {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            across_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             tuning: Tuning::default(),
             parts: None,
             factors: Factors::NONE,
@@ -93,7 +98,10 @@ pub fn run_with(
             LocalTransport::cluster(nodes)
                 .into_iter()
                 .map(|mut t| {
-                    t.set_message_limit(setup.max_message_bytes);
+                    t.set_message_limits(MessageLimits {
+                        any: setup.max_message_bytes,
+                        across: setup.across_message_bytes,
+                    });
                     t
                 })
                 .collect()
@@ -157,6 +165,7 @@ pub fn run_with(
             peak_scratch,
             unreceived: transport.unreceived_messages(),
             bytes_across: transport.bytes_across(),
+            largest_across: transport.largest_across(),
         })
         .collect()
 }

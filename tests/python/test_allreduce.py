@@ -155,3 +155,31 @@ def test_long_messages_are_split_at_the_limit(rank, size, algorithm):
     finally:
         ringlet.settings(max_message_bytes=2**31 - 1)
     assert result.tobytes() == reference(inputs, "sum").tobytes()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**31, 1.5, True, "whole", "32K"])
+def test_across_message_bytes_accepts_a_positive_int_or_auto(bad):
+    before = ringlet.settings()
+    with pytest.raises(ValueError, match="across_message_bytes must be an int from 1 to "
+                                         r"2\*\*31 - 1 or 'auto'"):
+        ringlet.settings(across_message_bytes=bad)
+    assert ringlet.settings() == before
+
+
+def test_across_message_bytes_is_the_users_until_set_back_to_auto(rank, size):
+    assert ringlet.settings()["across_message_bytes_auto"] is True
+    chosen = ringlet.settings(across_message_bytes=4096)
+    try:
+        assert chosen["across_message_bytes"] == 4096
+        assert chosen["across_message_bytes_auto"] is False
+        # A calibration (collective) installs its own choice, which must not replace the user's.
+        ringlet.calibrate()
+        assert ringlet.settings()["across_message_bytes"] == 4096
+        inputs = [exact_input(5, r, (3001,), "float32", "sum") for r in range(size)]
+        result = ringlet.allreduce(inputs[rank], "sum")
+        assert result.tobytes() == reference(inputs, "sum").tobytes()
+    finally:
+        back = ringlet.settings(across_message_bytes="auto")
+    assert back["across_message_bytes_auto"] is True
+    # On one node calibration keeps whole messages: there is nothing between nodes to cut.
+    assert back["across_message_bytes"] == 2**31 - 1

@@ -181,6 +181,23 @@ def test_reduce_scatter_counts_that_differ(rank, size):
                     "into rows")
 
 
+def test_limits_between_nodes_that_differ(rank, size):
+    """The pieces between nodes must be cut alike on both ends: a rank with its own limit
+    makes every call a mismatch (naming it), never a garbled exchange."""
+    if size == 1:
+        return
+    x = np.arange(10, dtype=np.float64)
+    try:
+        if odd(rank, size):
+            ringlet.settings(across_message_bytes=1024)
+        with pytest.raises(ringlet.MismatchError, match="across_message_bytes=1024"):
+            ringlet.allreduce(x, out=x)
+    finally:
+        ringlet.settings(across_message_bytes="auto")
+    assert np.array_equal(x, np.arange(10)), "data changed although the call was refused"
+    assert in_step(size)
+
+
 def test_the_refusing_rank_raises_its_own_error(rank, size):
     """A bad call on one rank: that rank gets its own ValueError, the others MismatchError."""
     x = np.ones(4, dtype=np.float16)
