@@ -13,7 +13,8 @@ between nodes, 1/beta_across and alpha_across; combining, gamma for float32 - th
 ``ringlet.calibrate`` measured on this machine (cached per topology) - and each node's memory
 bandwidth at that message size, measured here as every rank of a node copying that many bytes
 at once (cache-resident at 1 MiB, memory-bound at 64 MiB), and whether a connection between
-nodes is half duplex, measured here as 4 MiB exchanged both ways at once against one way.
+nodes is half duplex: calibration's exchange between two nodes both ways at once against one
+way, with the pieces it chose for messages between nodes (``Parameters.exchange_slowdown``).
 ``--inter`` replaces the calibrated link between nodes (bandwidth,latency, e.g. the rate a long
 transfer reaches).
 Rank 0 prints a Markdown table with predicted / measured.
@@ -40,7 +41,9 @@ COMM = MPI.COMM_WORLD
 
 def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
     """Bytes of memory traffic per second a node sustains with all its ranks copying ``nbytes``
-    at once (a copy reads and writes each byte), the best of ``repeats``; the slowest node's.
+    at once (a copy moves three bytes of traffic per byte, as the simulator counts: the source
+    read, the target read for ownership and written), the best of ``repeats``; the slowest
+    node's.
     Measured at each message size, as the working set decides whether the copies run from
     cache or from memory. Collective."""
     source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
@@ -52,40 +55,13 @@ def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
         start = MPI.Wtime()
         np.copyto(target, source)
         best = min(best, node.allreduce(MPI.Wtime() - start, op=MPI.MAX))
-    per_node = node.size * 2 * nbytes / best
+    per_node = node.size * sim.COPY_TRAFFIC * nbytes / best
     node.Free()
     return float(COMM.allreduce(per_node, op=MPI.MIN))
 
 
-def exchange_slowdown(labels: list[int], nbytes: int = 4 << 20, repeats: int = 3) -> float:
-    """How much longer two ranks on different nodes take to exchange ``nbytes`` both ways at
-    once than to send them one way (1: full duplex, 2: one direction at a time); the median of
-    ``repeats``. Rank 0 and the first rank of another node (``labels``: each rank's node) take
-    part, the others wait. Collective; 1.0 on one node."""
-    peer = next((r for r in range(COMM.size) if labels[r] != labels[0]), None)
-    if peer is None:
-        return 1.0
-    ratio = 1.0
-    if COMM.rank in (0, peer):
-        other = peer if COMM.rank == 0 else 0
-        out, into = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-        one_way, both_ways = [], []
-        for _ in range(repeats):
-            COMM.Sendrecv(out[:1], other, recvbuf=into[:1], source=other)  # start together
-            start = MPI.Wtime()
-            if COMM.rank == 0:
-                COMM.Send(out, other)
-                COMM.Recv(into[:1], other)  # the receiver's acknowledgement
-            else:
-                COMM.Recv(into, other)
-                COMM.Send(out[:1], other)
-            one_way.append(MPI.Wtime() - start)
-            COMM.Sendrecv(out[:1], other, recvbuf=into[:1], source=other)
-            start = MPI.Wtime()
-            COMM.Sendrecv(out, other, recvbuf=into, source=other)
-            both_ways.append(MPI.Wtime() - start)
-        ratio = statistics.median(both_ways) / statistics.median(one_way)
-    return float(COMM.bcast(ratio, root=0))
+def _pieces(limit: int) -> str:
+    return "whole" if limit >= selector.WHOLE_MESSAGES else f"{limit >> 10} KiB"
 
 
 def main() -> None:
@@ -105,9 +81,9 @@ def main() -> None:
     inter = (sim.parse_link(args.inter) if args.inter
              else (1 / params.beta_across, params.alpha_across))
     gamma = params.gamma_of("float32")
-    # Half duplex when exchanging both ways takes clearly longer than one way (Open MPI's TCP).
-    slowdown = exchange_slowdown(labels)
-    half_duplex = slowdown > 1.5
+    # Half duplex when exchanging both ways takes clearly longer than one way (Open MPI's TCP
+    # with whole messages; calibration measured it with the pieces it chose).
+    half_duplex = params.exchange_slowdown > selector.HALF_DUPLEX
     rows = []
     for size in (sim.parse_size(s) for s in args.sizes.split(",")):
         memory = node_memory_bandwidth(size)
@@ -138,8 +114,10 @@ def main() -> None:
           f"{params.source}: alpha {params.alpha * 1e6:.1f} us, B {1 / params.beta / 1e9:.2f} GB/s"
           f", across: alpha {params.alpha_across * 1e6:.1f} us, "
           f"B {inter[0] / 1e6:.0f} MB/s{' (given)' if args.inter else ''}, "
-          f"gamma {gamma * 1e9:.3f} ns/B; exchanging 4 MiB both ways between nodes takes "
-          f"{slowdown:.2f}x one way ({'half' if half_duplex else 'full'} duplex)\n")
+          f"gamma {gamma * 1e9:.3f} ns/B; between nodes, messages in pieces of "
+          f"{_pieces(params.across_message_bytes)}, exchanging both ways takes "
+          f"{params.exchange_slowdown:.2f}x one way ({'half' if half_duplex else 'full'} "
+          "duplex)\n")
     print("| placement | size | node memory | algorithm | measured | predicted "
           "| predicted / measured |")
     print("|---|---|---|---|---|---|---|")
