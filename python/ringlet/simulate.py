@@ -18,9 +18,11 @@ simulated time:
   that share a link take turns (contention), as in LogGP with G = 1/bandwidth and L = latency;
 * each message costs ``--overhead`` of CPU at each end (LogGP's o), and combining costs one
   byte per ``--reduce-rate``;
-* with ``--memory``, a host's ranks share its memory bandwidth (bytes of traffic per second):
-  a message inside a host reads and writes each byte, a combine reads two and writes one, and
-  they take turns on it. Without it, memory is not a limit;
+* with ``--memory``, a host's ranks share its memory bandwidth (bytes of traffic per second,
+  as every rank of a host copying at once measures it, counting three bytes per byte copied:
+  the source read, the target read for ownership and written): a message inside a host moves
+  three bytes per byte, and so does a combine (two operands read, one written), and they take
+  turns on it. Without it, memory is not a limit;
 * with ``--groups G``, the hosts form G groups of consecutive hosts, each group with one global
   link (``--global``) to the others, as in the two-tier direct networks (PERCS, Dragonfly) of
   Jain, Lau & Kale: a message between groups also takes its turn on both groups' global links,
@@ -51,6 +53,10 @@ from . import _core
 
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter")
 PLACEMENTS = ("block", "round-robin")
+COPY_TRAFFIC = 3
+"""Bytes of memory traffic the model counts per byte copied inside a host (the source read,
+the target read for ownership and written back), and so what a copy that measures
+``--memory`` moves."""
 
 
 def parse_size(text: str) -> int:
@@ -248,8 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reduce-rate", default="30GB/s", help="bytes combined per second")
     parser.add_argument("--overhead", default="0us", help="CPU per message at each end")
     parser.add_argument("--memory", default=None,
-                        help="each host's memory bandwidth, shared by its ranks "
-                        "(default: no limit)")
+                        help="each host's memory bandwidth, shared by its ranks, in bytes of "
+                        "traffic (a copy moves 3 per byte) (default: no limit)")
     parser.add_argument("--groups", type=int, default=1,
                         help="groups of consecutive hosts with a global link each (default: 1)")
     parser.add_argument("--global", dest="global_link", default="25GB/s,1us",

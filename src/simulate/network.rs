@@ -11,11 +11,14 @@
 //! message also costs its sender and its receiver `overhead` seconds of CPU (LogGP's o), and
 //! combining costs `gamma` seconds per byte.
 //!
-//! Optionally the ranks of a node share its memory bandwidth (`memory`, bytes per second): a
-//! message inside the node copies its bytes (one read and one write of each) and a combine
-//! reads two operands and writes one, and each such use of memory takes its turn on the node's
-//! memory as a message takes its turn on a link. Large messages on one node are bound by this,
-//! not by the cache-resident copy rate `intra.bandwidth` a calibration measures.
+//! Optionally the ranks of a node share its memory bandwidth (`memory`, bytes of traffic per
+//! second): a message inside the node copies its bytes, which moves three bytes of traffic per
+//! byte (the source read, the target's line read for ownership, the target written back), and
+//! a combine moves three as well (two operands read, the result written over a line it has
+//! just read); each such use of memory takes its turn on the node's memory as a message takes
+//! its turn on a link. Large messages on one node are bound by this, not by the cache-resident
+//! copy rate `intra.bandwidth` a calibration measures. A copy is what measures `memory`: every
+//! rank of a node copying n bytes at once, 3n bytes of traffic each.
 //!
 //! Optionally each connection between two ranks on different nodes carries one direction at a
 //! time (`half_duplex`): a message also takes its turn on the connection, so two ranks that
@@ -59,6 +62,10 @@ impl Hasher for PairHasher {
         self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
+
+/// Bytes of memory traffic per byte copied inside a node, and per byte combined.
+pub const COPY_TRAFFIC: f64 = 3.0;
+pub const COMBINE_TRAFFIC: f64 = 3.0;
 
 type Pairs = HashMap<u64, VecDeque<Queued>, BuildHasherDefault<PairHasher>>;
 /// When each connection (an unordered pair of ranks) is next free, for `half_duplex`.
@@ -284,8 +291,8 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                             .max(port_free[r][0])
                             .max(port_free[to][1])
                             .max(memory_free[src_node]);
-                        // The copy reads and writes each byte once.
-                        memory_free[src_node] = start + 2.0 * bytes as f64 * per_byte;
+                        // Source read, target read for ownership, target written.
+                        memory_free[src_node] = start + COPY_TRAFFIC * bytes as f64 * per_byte;
                         let done = (start + bytes as f64 / network.intra.bandwidth)
                             .max(memory_free[src_node]);
                         port_free[r][0] = done;
@@ -384,7 +391,7 @@ pub fn run(programs: &[Program], nodes: &Nodes, network: &Network) -> Result<Out
                     // Two operands read, one written: three bytes of memory traffic per byte.
                     let node = nodes.of(r);
                     let start = ranks[r].clock.max(memory_free[node]);
-                    let traffic = 3.0 * bytes as f64 * per_byte;
+                    let traffic = COMBINE_TRAFFIC * bytes as f64 * per_byte;
                     memory_free[node] = start + traffic;
                     ranks[r].clock = start + (bytes as f64 * network.gamma).max(traffic);
                 }

@@ -155,3 +155,15 @@ def test_half_duplex_connections_slow_pairwise_exchanges_not_the_ring():
     slow = json.loads(job.stdout)["predicted_s"]
     assert slow == pytest.approx(sim.simulate("allreduce", "halving_doubling", half_duplex=True,
                                               **common).predicted_s)
+
+
+def test_memory_traffic_is_three_bytes_per_byte_copied_or_combined():
+    """A ring allreduce of m bytes on one host of 2 ranks, bound by memory alone: each rank
+    copies m/2 twice and combines m/2 once, 3 bytes of traffic per byte each, 9m in all
+    (``COPY_TRAFFIC`` is what the validation's copy counts, so it must be the model's)."""
+    m, memory = 64 << 20, 10e9
+    result = sim.simulate("allreduce", "ring", hosts=1, ranks_per_host=2, size=m,
+                          intra=(1e18, 0.0), reduce_rate=1e18, memory=memory)
+    copied, combined = 2 * 2 * m // 2, 2 * m // 2
+    expected = (sim.COPY_TRAFFIC * copied + 3 * combined) / memory
+    assert result.predicted_s == pytest.approx(expected, rel=1e-9)
