@@ -396,9 +396,10 @@ def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
 
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
-    # Calibration's pieces between nodes first: a settings change discards the core's table.
-    # The user's own limit, if set, stays in force (the core keeps the two apart).
-    _core.settings(calibrated_across_bytes=params.across_message_bytes)
+    # Calibration's pieces between nodes first (a settings change discards the core's table),
+    # unless the user set a limit: then these parameters were measured with it.
+    if _core.settings()["across_message_bytes_auto"]:
+        _core.settings(calibrated_across_bytes=params.across_message_bytes)
     _params, _table, _table_size = params, build_table(size, params), size
     # The collectives that choose in the core (reduce, ...) price their algorithms with these.
     _core.set_model(params.alpha, params.beta, params.alpha_across, params.beta_across,
@@ -646,13 +647,15 @@ def _choose_pieces_across(params: Parameters) -> None:
     one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 5)
     both_ways = {}
     for limit in options:
-        _core.settings(calibrated_across_bytes=limit)
+        if auto:
+            _core.settings(calibrated_across_bytes=limit)
         both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 5)
     chosen = options[0]
     fastest = min(options, key=lambda limit: both_ways[limit])
     if both_ways[fastest] < PIECES_GAIN * both_ways[chosen]:
         chosen = fastest
-    _core.settings(calibrated_across_bytes=chosen)
+    if auto:
+        _core.settings(calibrated_across_bytes=chosen)
     params.across_message_bytes = chosen
     params.exchange_slowdown = max(both_ways[chosen], 1e-9) / max(one_way, 1e-9)
 

@@ -197,3 +197,42 @@ def test_the_other_collectives_are_exact_across_hosts(collective, algorithm):
             block = ringlet.reduce_scatter(mine[RANK], algorithm=algorithm)
             expected = np.array_split(total, SIZE)[RANK]
             np.testing.assert_array_equal(block, expected, err_msg=f"{algorithm} {count}")
+
+
+def test_calibration_installs_its_pieces_between_hosts_alike_on_every_rank():
+    """Calibration times pairs of hosts exchanging both ways with whole messages and with
+    pieces, and installs its choice (it is part of every call's fingerprint, so it must be the
+    same everywhere); what is installed is what the parameters say."""
+    from ringlet import selector
+
+    params = ringlet.calibrate()
+    settings = ringlet.settings()
+    assert settings["across_message_bytes_auto"] is True
+    assert settings["across_message_bytes"] == params.across_message_bytes
+    assert params.across_message_bytes in (selector.WHOLE_MESSAGES, *selector.ACROSS_PIECES)
+    assert params.exchange_slowdown > 0
+    mine = (params.across_message_bytes, params.exchange_slowdown, params.beta_across)
+    assert COMM.allgather(mine) == [mine] * SIZE
+
+
+@pytest.mark.parametrize("algorithm", ["auto", *available()])
+def test_every_algorithm_is_exact_with_small_pieces_between_hosts(algorithm):
+    """1000-byte pieces between hosts (not a multiple of 8: pieces cut through elements, which
+    the receiver puts back together), whole messages inside each host."""
+    before = ringlet.settings()
+    ringlet.settings(across_message_bytes=1000)
+    try:
+        for dtype in (np.float64, np.int32):
+            for count in (7, 70_000):
+                mine = inputs(count, dtype)
+                expected = np.sum(np.stack(mine), axis=0, dtype=dtype)
+                result = ringlet.allreduce(mine[RANK], algorithm=algorithm)
+                np.testing.assert_array_equal(result, expected, err_msg=f"{algorithm} {count}")
+                assert COMM.allgather(digest(result)) == [digest(result)] * SIZE
+        # A calibration meanwhile keeps the user's limit in force.
+        if algorithm == "auto":
+            ringlet.calibrate()
+            assert ringlet.settings()["across_message_bytes"] == 1000
+    finally:
+        ringlet.settings(across_message_bytes="auto")
+    assert ringlet.settings() == before
