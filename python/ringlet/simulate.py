@@ -30,7 +30,9 @@ simulated time:
 * with ``--half-duplex``, a connection between two ranks on different hosts carries one
   direction at a time: two ranks exchanging both ways at once (halving-doubling's steps) get
   half the rate each, while a ring's two directions use different connections. Open MPI's TCP
-  transport behaves so (8 MiB between two hosts: 82 ms one way, 150 ms both ways at once).
+  transport behaves so with whole messages (8 MiB between two hosts: 82 ms one way, 150 ms both
+  ways at once), which is why ringlet sends pieces between nodes where calibration finds that
+  faster; calibration's ``exchange_slowdown`` says which applies (above 1.5: half duplex).
 
 It does not model the switch fabric beyond the hosts' links (a full-bisection network), or
 protocol switches inside MPI (eager/rendezvous). Sizes take K/M/G suffixes (powers of 1024);

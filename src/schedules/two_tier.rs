@@ -35,9 +35,11 @@ const NETWORK_BETA: f64 = 8.0 / 1e9;
 /// The allreduce between nodes for `bytes` on `nodes` ranks: the ring, or recursive doubling
 /// where latency dominates. Not halving-doubling, although it sends as few bytes in fewer
 /// steps: each of its steps sends and receives with one peer at once, and MPI's TCP transport
-/// runs such an exchange at about half the link's rate (Open MPI 4.1, 8 MiB between two hosts:
-/// 82 ms one way, 150 ms both ways at once, where plain TCP takes the same time both ways),
-/// while a ring sends to one neighbour and receives from the other.
+/// runs such an exchange of whole messages at about half the link's rate (Open MPI 4.1, 8 MiB
+/// between two hosts: 82 ms one way, 150 ms both ways at once, where plain TCP takes the same
+/// time both ways), while a ring sends to one neighbour and receives from the other. The pieces
+/// calibration may choose between nodes restore the full rate, but a schedule cannot know
+/// whether it chose them, and the ring sends as few bytes.
 fn across(nodes: usize, bytes: usize, tuning: &Tuning) -> &'static dyn Allreduce {
     let options: [&'static dyn Allreduce; 2] = [&Ring, &RecursiveDoubling];
     let time = |a: &&'static dyn Allreduce| {
