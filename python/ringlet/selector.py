@@ -398,7 +398,9 @@ def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
     # Calibration's pieces between nodes first (a settings change discards the core's table),
     # unless the user set a limit: then these parameters were measured with it.
-    if _core.settings()["across_message_bytes_auto"]:
+    settings = _core.settings()
+    if settings["across_message_bytes_auto"] and \
+            settings["across_message_bytes"] != params.across_message_bytes:
         _core.settings(calibrated_across_bytes=params.across_message_bytes)
     _params, _table, _table_size = params, build_table(size, params), size
     # The collectives that choose in the core (reduce, ...) price their algorithms with these.

@@ -126,7 +126,16 @@ fn settings<'py>(
             ))
         })?)),
     };
+    let unchanged = segment_bytes.is_none()
+        && max_message_bytes.is_none()
+        && node_major_rings.is_none()
+        && across.is_none()
+        && calibrated_across_bytes.is_none();
     let settings = detached(py, || {
+        if unchanged {
+            // A read need not wait for the queued collectives.
+            return runtime::settings();
+        }
         runtime::update_settings(|s| {
             s.tuning.segment_bytes = segment_bytes.unwrap_or(s.tuning.segment_bytes);
             s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);

@@ -183,3 +183,26 @@ def test_across_message_bytes_is_the_users_until_set_back_to_auto(rank, size):
     assert back["across_message_bytes_auto"] is True
     # On one node calibration keeps whole messages: there is nothing between nodes to cut.
     assert back["across_message_bytes"] == 2**31 - 1
+
+
+def test_a_settings_change_waits_for_the_collectives_already_queued(rank, size):
+    """Queued calls run with the settings they were called under, on every rank: here the ranks
+    change the settings at different moments (the last one 50 ms late), while their background
+    threads are at different calls of the queue; had the change applied at once, the calls
+    still queued on the prompt ranks would carry other settings than the late rank's."""
+    import time
+
+    inputs = [exact_input(9, r, (1 << 16,), "float32", "sum") for r in range(size)]
+    default = ringlet.settings()["segment_bytes"]
+    handles = [ringlet.allreduce_async(inputs[rank], algorithm="pipelined_ring")
+               for _ in range(12)]
+    if rank == size - 1:
+        time.sleep(0.05)
+    try:
+        ringlet.settings(segment_bytes=4096)
+        results = [h.wait() for h in handles]
+        after = ringlet.allreduce(inputs[rank], algorithm="pipelined_ring")
+    finally:
+        ringlet.settings(segment_bytes=default)
+    for result in [*results, after]:
+        assert result.tobytes() == reference(inputs, "sum").tobytes()
