@@ -6,8 +6,10 @@ first training step waits for). Then every candidate in turn, interleaved, each 
 timed on the slowest rank after a barrier: ringlet's ring (node-major order), halving-doubling,
 two_tier and auto, and the MPI library's own MPI_Allreduce through mpi4py ("native"). Last, in
 a block of its own (changing the setting discards auto's table), the ring in rank order: the
-flat ring that ignores hosts. Medians, against the host-link bound 2(H-1)/H * m / B with B the
-links' shaped rate.
+flat ring that ignores hosts; and in another, ring, halving-doubling and two_tier with whole
+messages between hosts (what ringlet sent before calibration chose pieces between nodes, see
+``ringlet.settings``). Medians, against the host-link bound 2(H-1)/H * m / B with B the links'
+shaped rate.
 """
 
 from __future__ import annotations
@@ -90,6 +92,19 @@ def main() -> None:
         ringlet.allreduce(buf, out=buf, algorithm="ring")
         times["ring, rank order (flat)"].append(slowest(time.perf_counter() - start))
     ringlet.settings(node_major_rings=True)
+    pieces = ringlet.settings()["across_message_bytes"]
+    ringlet.settings(across_message_bytes=2**31 - 1)
+    whole = {name: f"{name}, whole messages between hosts"
+             for name in ("ring", "halving_doubling", "two_tier")}
+    times.update({label: [] for label in whole.values()})
+    for _ in range(len(times["ring"])):
+        for name, label in whole.items():
+            buf.fill(1)
+            COMM.Barrier()
+            start = time.perf_counter()
+            ringlet.allreduce(buf, out=buf, algorithm=name)
+            times[label].append(slowest(time.perf_counter() - start))
+    ringlet.settings(across_message_bytes="auto")
     auto_choice = ringlet.selector.choose(args.bytes, ringlet.size(), "float32", "sum")
     refinements = ringlet.selector.refinements()
     calibration = ringlet.selector._params.calibration_seconds if ringlet.selector._params \
@@ -107,7 +122,8 @@ def main() -> None:
           f"{len(times['ring'])} repetitions, medians of the slowest rank")
     print(f"host-link bound 2(H-1)/H*m/B = {bound * 1e3:.0f} ms; first auto call, calibration "
           f"included: {first_auto:.2f} s (calibration {calibration:.2f} s); auto runs "
-          f"{auto_choice}")
+          f"{auto_choice}; messages between hosts in pieces of "
+          f"{'whole' if pieces >= 2**31 - 1 else f'{pieces >> 10} KiB'}")
     print("| algorithm | median ms | x bound | x native |")
     print("|---|---|---|---|")
     for name, median in medians.items():
@@ -120,7 +136,8 @@ def main() -> None:
             "label": label, "placement": topology.placement, "hosts": hosts,
             "ranks": ringlet.size(), "bytes": args.bytes, "rate_bits": args.rate_bits,
             "bound_s": bound, "first_auto_s": first_auto, "calibration_s": calibration,
-            "auto_runs": auto_choice, "medians_s": medians, "samples_s": times,
+            "auto_runs": auto_choice, "across_message_bytes": pieces, "medians_s": medians,
+            "samples_s": times,
         }
         with args.json.open("a") as out:
             out.write(json.dumps(record) + "\n")

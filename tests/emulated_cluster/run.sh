@@ -111,7 +111,9 @@ bench_out=$(timeout -k 10 300 "$CLUSTER" mpirun -n 8 --map-by ppr:2:node "$PYTHO
   benchmarks/emulated_cluster_bench.py --bytes 1048576 --reps 2 2>&1) || true
 echo "$bench_out" | grep -E "^(\||host-link|8 ranks)" || true
 for row in "| ring |" "| halving_doubling |" "| two_tier |" "| auto |" "| native |" \
-    "| ring, rank order (flat) |" "host-link bound 2(H-1)/H*m/B = 13 ms" "placement seen: block"; do
+    "| ring, rank order (flat) |" "| halving_doubling, whole messages between hosts |" \
+    "host-link bound 2(H-1)/H*m/B = 13 ms" "placement seen: block" \
+    "messages between hosts in pieces of"; do
   if ! grep -qF -- "$row" <<< "$bench_out"; then
     echo "=== cluster, the benchmark: FAILED (no '$row' in its report)"
     echo "$bench_out" | tail -n 20
