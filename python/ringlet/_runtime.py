@@ -107,6 +107,9 @@ def init(comm: Any = None) -> None:
     _check_mpi4py_library()
     _warn_without_shared_memory()
     _abort_on_uncaught_exceptions()
+    from . import selector  # it imports this module
+
+    selector.choose_pieces_at_init()
 
 
 _warned_about_shared_memory = False

@@ -396,12 +396,7 @@ def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
 
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
-    # Calibration's pieces between nodes first (a settings change discards the core's table),
-    # unless the user set a limit: then these parameters were measured with it.
-    settings = _core.settings()
-    if settings["across_message_bytes_auto"] and \
-            settings["across_message_bytes"] != params.across_message_bytes:
-        _core.settings(calibrated_across_bytes=params.across_message_bytes)
+    _use_pieces(params.across_message_bytes)  # first: a settings change discards the table
     _params, _table, _table_size = params, build_table(size, params), size
     # The collectives that choose in the core (reduce, ...) price their algorithms with these.
     _core.set_model(params.alpha, params.beta, params.alpha_across, params.beta_across,
@@ -575,10 +570,12 @@ class _Progress:
             print(f"ringlet: calibrated in {self.elapsed():.1f} s", file=sys.stderr, flush=True)
 
 
-def _measure(key: dict[str, Any]) -> Parameters:
+def _measure(key: dict[str, Any], reuse_pieces: bool = True) -> Parameters:
     """Run the calibration. Collective; at most about ``CALIBRATION_BUDGET`` seconds on any
     network: latency and bandwidth per tier from a few exchanges, then the candidates timed at
-    growing sizes while the time spent and the next size's expected time fit the budget."""
+    growing sizes while the time spent and the next size's expected time fit the budget. The
+    pieces between nodes that ``init`` measured in this process are kept unless
+    ``reuse_pieces`` is false."""
     ranks = size()
     nodes = _core.nodes(0)
     several = len(set(nodes)) > 1
@@ -591,7 +588,13 @@ def _measure(key: dict[str, Any]) -> Parameters:
         params.alpha = max(small, 1e-9)
         params.beta = max((large - small) / (1 << 20), 1e-13)
     if several:
-        _choose_pieces_across(params)
+        if reuse_pieces and _pieces_measured.get(_digest(key)):
+            params.across_message_bytes, params.exchange_slowdown = \
+                _pieces_measured[_digest(key)]
+        else:
+            _choose_pieces_across(params)
+            _pieces_measured[_digest(key)] = (params.across_message_bytes,
+                                              params.exchange_slowdown)
         probe = ACROSS_PROBE_BYTES
         small = _pair_seconds("across", 8, 50)
         large = _pair_seconds("across", probe, 5)
@@ -635,6 +638,51 @@ def _measure(key: dict[str, Any]) -> Parameters:
     params.calibration_seconds = progress.elapsed()
     progress.done()
     return params
+
+
+_pieces_measured: dict[str, tuple[int, float]] = {}
+"""Per calibration key: the pieces between nodes measured in this process, and the exchange's
+slowdown with them (``init`` measures them; the calibration that follows keeps them)."""
+
+
+def _digest(key: dict[str, Any]) -> str:
+    return cache_path(key).stem
+
+
+def _use_pieces(limit: int) -> None:
+    """Put calibration's pieces between nodes in force (not over the user's own limit). Every
+    rank must call it alike: the limit is part of every call's fingerprint."""
+    settings = _core.settings()
+    if settings["across_message_bytes_auto"] and settings["across_message_bytes"] != limit:
+        _core.settings(calibrated_across_bytes=limit)
+
+
+def choose_pieces_at_init() -> None:
+    """On a communicator that spans nodes, the pieces between nodes from the cached calibration
+    if there is one, else measured now (a few exchanges of ``ACROSS_PROBE_BYTES`` between pairs
+    of nodes: about 0.2 s at 1 Gbit/s), so that every call, whatever its algorithm, sends what
+    calibration would. Collective; nothing (and no message) on one node, with one rank, or with
+    ``RINGLET_CALIBRATE=0``."""
+    nodes = _core.nodes(0)
+    if len(set(nodes)) <= 1 or os.environ.get("RINGLET_CALIBRATE", "1") == "0":
+        return
+    _core.set_stats_enabled(False)  # the selector's own traffic is not the user's
+    try:
+        key = calibration_key()
+        path = cache_path(key)
+        text = ""
+        if _core.group()[0] == 0:
+            cached = _load(path, key)
+            text = cached.to_json() if cached else ""
+        text = _broadcast_text(text)
+        if text:
+            _use_pieces(Parameters.from_json(text, source=str(path)).across_message_bytes)
+            return
+        params = Parameters()
+        _choose_pieces_across(params)
+        _pieces_measured[_digest(key)] = (params.across_message_bytes, params.exchange_slowdown)
+    finally:
+        _core.set_stats_enabled(True)
 
 
 def _choose_pieces_across(params: Parameters) -> None:
@@ -685,8 +733,10 @@ def _parameters(recalibrate: bool) -> Parameters:
         text = cached.to_json() if cached else ""
     text = _broadcast_text(text)
     if text:
-        return Parameters.from_json(text, source=str(path))
-    params = _measure(key)
+        cached = Parameters.from_json(text, source=str(path))
+        _use_pieces(cached.across_message_bytes)
+        return cached
+    params = _measure(key, reuse_pieces=not recalibrate)
     text = _broadcast_text(params.to_json() if first else "")
     params = Parameters.from_json(text, source=f"calibrated now, saved to {path}")
     if first:

@@ -48,6 +48,22 @@ def test_the_job_spans_several_hosts():
                if nodes[r] == nodes[s])
 
 
+def test_pieces_between_hosts_are_in_force_from_init():
+    """Before any auto call: init took the pieces between nodes from the cached calibration or
+    measured them, so calls with an explicit algorithm send what calibration would."""
+    from ringlet import selector
+
+    settings = ringlet.settings()
+    assert settings["across_message_bytes_auto"] is True
+    limit = settings["across_message_bytes"]
+    assert limit in (selector.WHOLE_MESSAGES, *selector.ACROSS_PIECES)
+    assert selector._params is None, "auto has run already: this test must come first"
+    measured = selector._pieces_measured.get(selector._digest(selector.calibration_key()))
+    cached = selector.cache_path(selector.calibration_key()).exists()
+    assert cached or (measured is not None and measured[0] == limit)
+    assert COMM.allgather(limit) == [limit] * SIZE
+
+
 def test_other_hosts_get_a_logins_environment_not_the_callers():
     # run.sh sets CALLER_ONLY for mpirun and does not forward it (-x), as ssh would not.
     on_first_host = MPI.Get_processor_name() == "rgl-h0"
