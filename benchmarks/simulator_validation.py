@@ -16,8 +16,14 @@ at once (cache-resident at 1 MiB, memory-bound at 64 MiB), and whether a connect
 nodes is half duplex: calibration's exchange between two nodes both ways at once against one
 way, with the pieces it chose for messages between nodes (``Parameters.exchange_slowdown``).
 ``--inter`` replaces the calibrated link between nodes (bandwidth,latency, e.g. the rate a long
-transfer reaches).
+transfer reaches). The calibration runs afresh at the start (``--cached`` takes the cached one
+instead): on a shared machine the speed of memory and of the MPI library drifts over hours, and
+a model must be judged on parameters from the machine it predicts.
 Rank 0 prints a Markdown table with predicted / measured.
+
+    python benchmarks/simulator_validation.py --summary build/simulator-validation.jsonl
+
+prints, without MPI, each row's ratio in every run the file holds and how many are within 25%.
 """
 
 from __future__ import annotations
@@ -64,17 +70,60 @@ def _pieces(limit: int) -> str:
     return "whole" if limit >= selector.WHOLE_MESSAGES else f"{limit >> 10} KiB"
 
 
+WITHIN = 0.25
+"""The issue's target: predicted within 25% of measured."""
+
+
+def summary(path: Path) -> str:
+    """Every row's predicted / measured in each run of ``path`` (a run: one job's rows), as a
+    Markdown table, and how many ratios are within ``WITHIN``."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = sorted({(r.get("run", ""), r["placement"]) for r in records})
+    placements = list(dict.fromkeys(r["placement"] for r in records))
+    count = max(sum(1 for _, p in runs if p == placement) for placement in placements)
+    ratios: dict[tuple[str, int, str], list[float]] = {}
+    for record in sorted(records, key=lambda r: r.get("run", "")):
+        row = (record["placement"], record["size"], record["algorithm"])
+        ratios.setdefault(row, []).append(record["predicted_s"] / record["measured_s"])
+    lines = ["| placement | size | algorithm | " + " | ".join(f"run {i + 1}" for i in range(count))
+             + " |", "|---|---|---|" + "---|" * count]
+    inside = total = 0
+    for (placement, size, algorithm), values in ratios.items():
+        cells = []
+        for value in values:
+            ok = abs(value - 1) <= WITHIN
+            inside, total = inside + ok, total + 1
+            cells.append(f"{value:.2f}" if ok else f"**{value:.2f}**")
+        cells += [""] * (count - len(cells))
+        lines.append(f"| {placement} | {_size(size)} | {algorithm} | {' | '.join(cells)} |")
+    lines.append(f"\n{inside} of {total} within {WITHIN:.0%} (bold: outside)")
+    return "\n".join(lines)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1M,4M,16M,64M")
     parser.add_argument("--algorithms", default="ring,halving_doubling,two_tier")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--label", default="", help="the placement, for the report")
     parser.add_argument("--json", type=Path, help="append the rows here (rank 0)")
     parser.add_argument("--inter", help="the link between nodes instead of the calibrated one")
+    parser.add_argument("--cached", action="store_true",
+                        help="the cached calibration, if any, instead of calibrating afresh")
+    parser.add_argument("--summary", type=Path,
+                        help="print the ratios of every run in this JSON file and stop")
     args = parser.parse_args()
+    if args.summary:
+        print(summary(args.summary))
+        return
     ringlet.init()
-    params = selector.parameters()  # collective: calibrates, or loads this topology's cache
+    run = COMM.bcast(datetime.now().isoformat(timespec="seconds"), root=0)
+    # Collective: calibrates now (or, with --cached, loads this topology's cache if any).
+    params = selector.parameters(recalibrate=not args.cached)
     labels = selector.layout(COMM.size)
     names = args.algorithms.split(",")
     intra = (1 / params.beta, params.alpha)
@@ -103,7 +152,8 @@ def main() -> None:
                     "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory,
                     half_duplex=half_duplex)
                 measured = statistics.median(times[name])
-                rows.append({"placement": args.label, "size": size, "algorithm": name,
+                rows.append({"run": run, "placement": args.label, "size": size,
+                             "algorithm": name,
                              "measured_s": measured, "predicted_s": seconds,
                              "memory_bytes_per_s": memory})
     if COMM.rank != 0:
@@ -122,8 +172,7 @@ def main() -> None:
           "| predicted / measured |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        size = (f"{row['size'] >> 20} MiB" if row["size"] >= 1 << 20
-                else f"{row['size'] >> 10} KiB")
+        size = _size(row["size"])
         print(f"| {row['placement'] or '-'} | {size} | "
               f"{row['memory_bytes_per_s'] / 1e9:.1f} GB/s | {row['algorithm']} | "
               f"{row['measured_s'] * 1e3:.1f} ms | {row['predicted_s'] * 1e3:.1f} ms | "

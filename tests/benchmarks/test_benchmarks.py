@@ -107,6 +107,22 @@ def test_simulator_validation_puts_predictions_beside_measurements(tmp_path):
                for line in job.stdout.splitlines() if line.startswith("| one-node |"))
 
 
+def test_simulator_validation_summary_puts_every_runs_ratio_side_by_side(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    record = {"placement": "block", "size": 1 << 20, "algorithm": "ring", "measured_s": 1.0,
+              "memory_bytes_per_s": 1e10}
+    lines = [dict(record, run="2026-01-01T00:00:00", predicted_s=1.2),
+             dict(record, run="2026-01-01T00:01:00", predicted_s=0.7),
+             dict(record, run="2026-01-01T00:00:00", algorithm="two_tier", predicted_s=0.9)]
+    rows.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job = subprocess.run([sys.executable, "benchmarks/simulator_validation.py", "--summary",
+                          str(rows)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "| block | 1 MiB | ring | 1.20 | **0.70** |" in job.stdout
+    assert "| block | 1 MiB | two_tier | 0.90 |  |" in job.stdout
+    assert "2 of 3 within 25%" in job.stdout
+
+
 def test_reduce_bench_times_reduce_scatter_too():
     job = mpirun("benchmarks/reduce_bench.py", "--collective", "reduce_scatter", "--sizes",
                  "64K", "--rounds", "2", "--warmup", "1", "--markdown")
