@@ -24,22 +24,30 @@ pub enum Tier {
     /// previous node's, as a ring between nodes does (one flow each way on every link, each
     /// with its own peer: MPI's TCP transport is slower when two ranks send to each other).
     Across,
-    /// Between pairs of nodes (the 2k-th with the (2k+1)-th), every rank with the rank of the
-    /// same index on the other node, both ways at once, as halving-doubling's steps do.
-    Pairs,
-    /// As [`Tier::Pairs`], one way: the even node's ranks send, the odd node's answer with an
+    /// Between pairs of nodes (node n with node n XOR `distance`, where there is one), every
+    /// rank with the rank of the same index on the other node, both ways at once, as
+    /// halving-doubling's steps do (its partners between nodes, over the powers of two).
+    Pairs { distance: usize },
+    /// As [`Tier::Pairs`], one way: the lower node's ranks send, the other's answer with an
     /// empty message once all has arrived.
-    PairsOneWay,
+    PairsOneWay { distance: usize },
 }
 
 impl Tier {
-    pub fn from_name(name: &str) -> Result<Tier> {
+    /// The tier called `name`; `distance` (at least 1) pairs the nodes of "pairs" and
+    /// "pairs_one_way".
+    pub fn from_name(name: &str, distance: usize) -> Result<Tier> {
+        if distance == 0 {
+            return Err(CoreError::InvalidArgument(
+                "the distance between paired nodes must be at least 1".into(),
+            ));
+        }
         match name {
             "any" => Ok(Tier::Any),
             "within" => Ok(Tier::Within),
             "across" => Ok(Tier::Across),
-            "pairs" => Ok(Tier::Pairs),
-            "pairs_one_way" => Ok(Tier::PairsOneWay),
+            "pairs" => Ok(Tier::Pairs { distance }),
+            "pairs_one_way" => Ok(Tier::PairsOneWay { distance }),
             _ => Err(CoreError::InvalidArgument(format!(
                 "unknown tier {name:?}; accepted: \"any\", \"within\", \"across\", \
                  \"pairs\", \"pairs_one_way\""
@@ -51,8 +59,10 @@ impl Tier {
     fn lengths(self, transport: &dyn Transport, nbytes: usize) -> (usize, usize) {
         let nodes = transport.nodes();
         match self {
-            Tier::PairsOneWay if nodes.of(transport.rank()).is_multiple_of(2) => (nbytes, 0),
-            Tier::PairsOneWay => (0, nbytes),
+            Tier::PairsOneWay { distance } if nodes.of(transport.rank()) & distance == 0 => {
+                (nbytes, 0)
+            }
+            Tier::PairsOneWay { .. } => (0, nbytes),
             _ => (nbytes, nbytes),
         }
     }
@@ -70,8 +80,8 @@ impl Tier {
                 first(node + 1).zip(first(node + count - 1))
             }
             Tier::Across => None,
-            Tier::Pairs | Tier::PairsOneWay => {
-                let partner = node ^ 1;
+            Tier::Pairs { distance } | Tier::PairsOneWay { distance } => {
+                let partner = node ^ distance;
                 pair(
                     (partner < count)
                         .then(|| nodes.members(partner).get(local).copied())
@@ -122,4 +132,35 @@ pub fn combine_seconds(dtype: DType, nbytes: usize, repeats: usize) -> Result<f6
         samples.push(start.elapsed().as_secs_f64());
     }
     Ok(median(samples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tier;
+    use crate::transport::local::LocalTransport;
+
+    #[test]
+    fn pairs_of_nodes_at_each_distance_match_ranks_of_the_same_index() {
+        // Block: 4 nodes of 2 ranks. Distance 2 pairs node 0 with node 2 and 1 with 3.
+        let block = LocalTransport::cluster(&[0, 0, 1, 1, 2, 2, 3, 3]);
+        let pairs = Tier::from_name("pairs", 2).expect("a tier");
+        let partners: Vec<_> = block.iter().map(|t| pairs.peers(t)).collect();
+        let expected = [4, 5, 6, 7, 0, 1, 2, 3].map(|p| Some((p, p)));
+        assert_eq!(partners, expected);
+        // Three nodes, uneven: at distance 2 node 1 has no partner, and the node with fewer
+        // ranks leaves the other's extra rank without one.
+        let uneven = LocalTransport::cluster(&[0, 0, 1, 2]);
+        let partners: Vec<_> = uneven.iter().map(|t| pairs.peers(t)).collect();
+        assert_eq!(partners, [Some((3, 3)), None, None, Some((0, 0))]);
+        // One way: the lower node of each pair sends, the other sends an empty answer.
+        let one_way = Tier::from_name("pairs_one_way", 1).expect("a tier");
+        let lengths: Vec<_> = block.iter().map(|t| one_way.lengths(t, 10)).collect();
+        let send = (10, 0);
+        let answer = (0, 10);
+        assert_eq!(
+            lengths,
+            [send, send, answer, answer, send, send, answer, answer]
+        );
+        assert!(Tier::from_name("pairs", 0).is_err());
+    }
 }

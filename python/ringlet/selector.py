@@ -543,9 +543,18 @@ def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int,
     return max_over_ranks(samples[:, :rounds])
 
 
-def _pair_seconds(tier: str, nbytes: int, repeats: int) -> float:
-    """The slowest pair's median exchange of ``nbytes`` on ``tier`` (collective)."""
-    return float(max_over_ranks(np.array([_core.measure_sendrecv(nbytes, repeats, tier)]))[0])
+def _pair_seconds(tier: str, nbytes: int, repeats: int, distances: tuple[int, ...] = (1,)
+                  ) -> float:
+    """The slowest pair's median exchange of ``nbytes`` on ``tier``, over every pairing of
+    nodes at the given ``distances`` ("pairs" tiers; collective)."""
+    times = [_core.measure_sendrecv(nbytes, repeats, tier, d) for d in distances]
+    return float(max_over_ranks(np.array([max(times)]))[0])
+
+
+def _pairings(nodes: int) -> tuple[int, ...]:
+    """The distances at which nodes pair up as halving-doubling's steps do (node n with node
+    n XOR d, d a power of two below the number of nodes)."""
+    return tuple(1 << k for k in range(max(nodes - 1, 1).bit_length()))
 
 
 class _Progress:
@@ -689,17 +698,20 @@ def _choose_pieces_across(params: Parameters) -> None:
     """Time pairs of ranks on two nodes exchanging ``ACROSS_PROBE_BYTES`` both ways at once with
     whole messages and with each of ``ACROSS_PIECES`` (or only with the user's limit, if set),
     keep the fastest (whole messages unless pieces gain ``PIECES_GAIN``) and install it; note
-    how much longer than one way the exchange takes with it. Collective: the slowest pair's
-    times decide, the same on every rank."""
+    how much longer than one way the exchange takes with it. Every pairing of nodes that
+    halving-doubling uses takes part (whether a connection runs both ways at once with whole
+    messages is a matter of chance, connection by connection), and the slowest pair decides,
+    the same on every rank. Collective."""
     settings = _core.settings()
     auto = settings["across_message_bytes_auto"]
     options = (WHOLE_MESSAGES, *ACROSS_PIECES) if auto else (settings["across_message_bytes"],)
-    one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 5)
+    pairings = _pairings(len(set(_core.nodes(0))))
+    one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 3, pairings)
     both_ways = {}
     for limit in options:
         if auto:
             _core.settings(calibrated_across_bytes=limit)
-        both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 5)
+        both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 3, pairings)
     chosen = options[0]
     fastest = min(options, key=lambda limit: both_ways[limit])
     if both_ways[fastest] < PIECES_GAIN * both_ways[chosen]:

@@ -606,13 +606,21 @@ fn ops() -> Vec<&'static str> {
     ReduceOp::ALL.iter().map(|op| op.name()).collect()
 }
 
-/// This rank's median seconds to exchange `nbytes` with its partner on `tier`: "any" (rank ^ 1),
-/// "within" (a rank of the same node) or "across" (a node's first rank with another node's);
+/// This rank's median seconds to exchange `nbytes` with its partner on `tier`: "any" (rank
+/// r ^ 1), "within" (a rank of the same node), "across" (a node's first rank with the next
+/// node's, as a ring does), "pairs" (every rank with the rank of its index on node
+/// n ^ `distance`, both ways at once) or "pairs_one_way" (the same, the lower node sending);
 /// ranks without a partner idle. Collective.
 #[pyfunction]
-#[pyo3(signature = (nbytes, repeats, tier = "any"))]
-fn measure_sendrecv(py: Python<'_>, nbytes: usize, repeats: usize, tier: &str) -> PyResult<f64> {
-    let tier = runtime::Tier::from_name(tier)?;
+#[pyo3(signature = (nbytes, repeats, tier = "any", distance = 1))]
+fn measure_sendrecv(
+    py: Python<'_>,
+    nbytes: usize,
+    repeats: usize,
+    tier: &str,
+    distance: usize,
+) -> PyResult<f64> {
+    let tier = runtime::Tier::from_name(tier, distance)?;
     detached(py, || runtime::measure_sendrecv(nbytes, repeats, tier))
 }
 
