@@ -545,10 +545,11 @@ def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int,
 
 def _pair_seconds(tier: str, nbytes: int, repeats: int, distances: tuple[int, ...] = (1,)
                   ) -> float:
-    """The slowest pair's median exchange of ``nbytes`` on ``tier``, over every pairing of
-    nodes at the given ``distances`` ("pairs" tiers; collective)."""
+    """The slowest pair's median exchange of ``nbytes`` on ``tier``; for the "pairs" tiers,
+    summed over the pairings of nodes at ``distances``, as halving-doubling's steps follow one
+    another (a sum also evens out the noise of one pairing). Collective."""
     times = [_core.measure_sendrecv(nbytes, repeats, tier, d) for d in distances]
-    return float(max_over_ranks(np.array([max(times)]))[0])
+    return float(max_over_ranks(np.array(times)).sum())
 
 
 def _pairings(nodes: int) -> tuple[int, ...]:
@@ -700,18 +701,18 @@ def _choose_pieces_across(params: Parameters) -> None:
     keep the fastest (whole messages unless pieces gain ``PIECES_GAIN``) and install it; note
     how much longer than one way the exchange takes with it. Every pairing of nodes that
     halving-doubling uses takes part (whether a connection runs both ways at once with whole
-    messages is a matter of chance, connection by connection), and the slowest pair decides,
-    the same on every rank. Collective."""
+    messages is a matter of chance, connection by connection), each pairing's slowest pair
+    counts, and their sum decides, the same on every rank. Collective."""
     settings = _core.settings()
     auto = settings["across_message_bytes_auto"]
     options = (WHOLE_MESSAGES, *ACROSS_PIECES) if auto else (settings["across_message_bytes"],)
     pairings = _pairings(len(set(_core.nodes(0))))
-    one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 3, pairings)
+    one_way = _pair_seconds("pairs_one_way", ACROSS_PROBE_BYTES, 5, pairings)
     both_ways = {}
     for limit in options:
         if auto:
             _core.settings(calibrated_across_bytes=limit)
-        both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 3, pairings)
+        both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 5, pairings)
     chosen = options[0]
     fastest = min(options, key=lambda limit: both_ways[limit])
     if both_ways[fastest] < PIECES_GAIN * both_ways[chosen]:
