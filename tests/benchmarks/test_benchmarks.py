@@ -100,6 +100,8 @@ def test_simulator_validation_puts_predictions_beside_measurements(tmp_path):
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in records)
     # The node's memory bandwidth is measured at each size, and shown beside it.
     assert all(r["memory_bytes_per_s"] > 0 for r in records)
+    # MPI's own allreduce beside, measured in the same rounds.
+    assert all(r["native_s"] > 0 for r in records)
     assert "| one-node | 0 MiB |" not in job.stdout  # sizes below 1 MiB print in KiB
     assert job.stdout.count("| one-node | 64 KiB |") == 3
     assert job.stdout.count("| one-node | 256 KiB |") == 3
