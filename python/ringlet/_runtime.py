@@ -8,6 +8,7 @@ import sys
 import threading
 import warnings
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -107,9 +108,18 @@ def init(comm: Any = None) -> None:
     _check_mpi4py_library()
     _warn_without_shared_memory()
     _abort_on_uncaught_exceptions()
-    from . import selector  # it imports this module
+    for hook in _after_init:
+        hook()
 
-    selector.choose_pieces_at_init()
+
+_after_init: list[Callable[[], None]] = []
+
+
+def call_after_init(hook: Callable[[], None]) -> None:
+    """Run ``hook`` (collective, the same on every rank) each time ``init`` has set up ringlet's
+    communicator: the layers above this one (the selector's pieces between nodes) set
+    themselves up without this module importing them."""
+    _after_init.append(hook)
 
 
 _warned_about_shared_memory = False

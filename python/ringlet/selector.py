@@ -56,7 +56,7 @@ import numpy as np
 from . import _core
 from ._collectives import broadcast_bytes, max_over_ranks
 from ._dtypes import OPS, SUPPORTED_DTYPES, check_op
-from ._runtime import init, size
+from ._runtime import call_after_init, init, size
 
 ALGORITHMS = tuple(_core.algorithms("allreduce"))
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
@@ -693,6 +693,9 @@ def choose_pieces_at_init() -> None:
         _pieces_measured[_digest(key)] = (params.across_message_bytes, params.exchange_slowdown)
     finally:
         _core.set_stats_enabled(True)
+
+
+call_after_init(choose_pieces_at_init)
 
 
 def _choose_pieces_across(params: Parameters) -> None:
