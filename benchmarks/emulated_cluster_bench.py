@@ -66,44 +66,38 @@ def main() -> None:
     def ringlet_call(algorithm: str):
         return lambda: ringlet.allreduce(buf, out=buf, algorithm=algorithm)
 
-    candidates = {
+    def rounds(calls: dict, count: int, max_seconds: float = float("inf")) -> dict:
+        """Each call once per round, interleaved, each timed on the slowest rank after a
+        barrier; stops after ``count`` rounds or once ``max_seconds`` have passed."""
+        samples: dict[str, list[float]] = {name: [] for name in calls}
+        began = time.perf_counter()
+        for _ in range(count):
+            for name, call in calls.items():
+                buf.fill(1)
+                COMM.Barrier()
+                start = time.perf_counter()
+                call()
+                samples[name].append(slowest(time.perf_counter() - start))
+            if slowest(time.perf_counter() - began) > max_seconds:
+                break
+        return samples
+
+    times = rounds({
         "ring": ringlet_call("ring"),
         "halving_doubling": ringlet_call("halving_doubling"),
         "two_tier": ringlet_call("two_tier"),
         "auto": ringlet_call("auto"),
         "native": lambda: COMM.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
-    }
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    began = time.perf_counter()
-    for _ in range(args.reps):
-        for name, call in candidates.items():
-            buf.fill(1)
-            COMM.Barrier()
-            start = time.perf_counter()
-            call()
-            times[name].append(slowest(time.perf_counter() - start))
-        if slowest(time.perf_counter() - began) > args.max_seconds:
-            break
+    }, args.reps, args.max_seconds)
+    done = len(times["ring"])
+    # Blocks of their own: changing a setting discards auto's table.
     ringlet.settings(node_major_rings=False)
-    times["ring, rank order (flat)"] = []
-    for _ in range(len(times["ring"])):
-        COMM.Barrier()
-        start = time.perf_counter()
-        ringlet.allreduce(buf, out=buf, algorithm="ring")
-        times["ring, rank order (flat)"].append(slowest(time.perf_counter() - start))
+    times.update(rounds({"ring, rank order (flat)": ringlet_call("ring")}, done))
     ringlet.settings(node_major_rings=True)
     pieces = ringlet.settings()["across_message_bytes"]
     ringlet.settings(across_message_bytes=2**31 - 1)
-    whole = {name: f"{name}, whole messages between hosts"
-             for name in ("ring", "halving_doubling", "two_tier")}
-    times.update({label: [] for label in whole.values()})
-    for _ in range(len(times["ring"])):
-        for name, label in whole.items():
-            buf.fill(1)
-            COMM.Barrier()
-            start = time.perf_counter()
-            ringlet.allreduce(buf, out=buf, algorithm=name)
-            times[label].append(slowest(time.perf_counter() - start))
+    times.update(rounds({f"{name}, whole messages between hosts": ringlet_call(name)
+                         for name in ("ring", "halving_doubling", "two_tier")}, done))
     ringlet.settings(across_message_bytes="auto")
     auto_choice = ringlet.selector.choose(args.bytes, ringlet.size(), "float32", "sum")
     refinements = ringlet.selector.refinements()

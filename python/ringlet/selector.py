@@ -396,7 +396,6 @@ def alternatives(table: dict[tuple[str, str], list[tuple[int, str]]], size: int,
 
 def _install(size: int, params: Parameters) -> None:
     global _params, _table, _table_size
-    _use_pieces(params.across_message_bytes)  # first: a settings change discards the table
     _params, _table, _table_size = params, build_table(size, params), size
     # The collectives that choose in the core (reduce, ...) price their algorithms with these.
     _core.set_model(params.alpha, params.beta, params.alpha_across, params.beta_across,
@@ -518,6 +517,16 @@ def _load(path: Path, key: dict[str, Any]) -> Parameters | None:
 
 def _broadcast_text(text: str) -> str:
     return broadcast_bytes(text.encode(), 0).decode()
+
+
+def _shared_cache(key: dict[str, Any], path: Path) -> Parameters | None:
+    """Rank 0's cached calibration for ``key``, the same on every rank, or None. Collective."""
+    text = ""
+    if _core.group()[0] == 0:
+        cached = _load(path, key)
+        text = cached.to_json() if cached else ""
+    text = _broadcast_text(text)
+    return Parameters.from_json(text, source=str(path)) if text else None
 
 
 def _time_candidates(nbytes: int, algorithms: tuple[str, ...], repeats: int,
@@ -679,14 +688,9 @@ def choose_pieces_at_init() -> None:
     _core.set_stats_enabled(False)  # the selector's own traffic is not the user's
     try:
         key = calibration_key()
-        path = cache_path(key)
-        text = ""
-        if _core.group()[0] == 0:
-            cached = _load(path, key)
-            text = cached.to_json() if cached else ""
-        text = _broadcast_text(text)
-        if text:
-            _use_pieces(Parameters.from_json(text, source=str(path)).across_message_bytes)
+        cached = _shared_cache(key, cache_path(key))
+        if cached is not None:
+            _use_pieces(cached.across_message_bytes)
             return
         params = Parameters()
         _choose_pieces_across(params)
@@ -696,6 +700,14 @@ def choose_pieces_at_init() -> None:
 
 
 call_after_init(choose_pieces_at_init)
+
+
+def pick_limit(seconds: dict[int, float]) -> int:
+    """Of the limits timed (``seconds``, the first being the one to keep unless another wins),
+    the fastest if it takes at most ``PIECES_GAIN`` of the first's time, else the first."""
+    first = next(iter(seconds))
+    fastest = min(seconds, key=lambda limit: seconds[limit])
+    return fastest if seconds[fastest] < PIECES_GAIN * seconds[first] else first
 
 
 def _choose_pieces_across(params: Parameters) -> None:
@@ -716,10 +728,7 @@ def _choose_pieces_across(params: Parameters) -> None:
         if auto:
             _core.settings(calibrated_across_bytes=limit)
         both_ways[limit] = _pair_seconds("pairs", ACROSS_PROBE_BYTES, 5, pairings)
-    chosen = options[0]
-    fastest = min(options, key=lambda limit: both_ways[limit])
-    if both_ways[fastest] < PIECES_GAIN * both_ways[chosen]:
-        chosen = fastest
+    chosen = pick_limit(both_ways)
     if auto:
         _core.settings(calibrated_across_bytes=chosen)
     params.across_message_bytes = chosen
@@ -742,16 +751,18 @@ def _parameters(recalibrate: bool) -> Parameters:
         return Parameters(source="built-in defaults (RINGLET_CALIBRATE=0)")
     key = calibration_key()
     path = cache_path(key)
-    text = ""
+    params = None if recalibrate else _shared_cache(key, path)
+    if params is None:
+        params = _calibrate_and_save(key, path, recalibrate)
+    # What these parameters were measured with, in force on every rank (a cache read elsewhere
+    # may have been measured by another job).
+    _use_pieces(params.across_message_bytes)
+    return params
+
+
+def _calibrate_and_save(key: dict[str, Any], path: Path, recalibrate: bool) -> Parameters:
+    """Measure (collective), broadcast rank 0's parameters, and have rank 0 save them."""
     first = _core.group()[0] == 0
-    if first and not recalibrate:
-        cached = _load(path, key)
-        text = cached.to_json() if cached else ""
-    text = _broadcast_text(text)
-    if text:
-        cached = Parameters.from_json(text, source=str(path))
-        _use_pieces(cached.across_message_bytes)
-        return cached
     params = _measure(key, reuse_pieces=not recalibrate)
     text = _broadcast_text(params.to_json() if first else "")
     params = Parameters.from_json(text, source=f"calibrated now, saved to {path}")
@@ -762,7 +773,7 @@ def _parameters(recalibrate: bool) -> Parameters:
             tmp.write_text(text)
             tmp.replace(path)  # atomic: another job never reads half a file
         except OSError as exc:
-            warnings.warn(f"ringlet: cannot save calibration to {path}: {exc}", stacklevel=2)
+            warnings.warn(f"ringlet: cannot save calibration to {path}: {exc}", stacklevel=3)
     return params
 
 

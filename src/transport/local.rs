@@ -270,10 +270,7 @@ impl Transport for LocalTransport {
     }
 
     fn set_message_limits(&mut self, limits: MessageLimits) {
-        self.limits = MessageLimits {
-            any: limits.any.max(1),
-            across: limits.across.max(1),
-        };
+        self.limits = limits.clamped();
     }
 
     fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {

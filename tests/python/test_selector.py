@@ -295,3 +295,17 @@ def test_explain_agrees_with_what_auto_runs(comm, size):
     choice = ringlet.explain(x).choice
     assert ran(lambda: ringlet.allreduce(x)) == ("ring" if size == 1 else choice)
     MPI.COMM_WORLD.Barrier()
+
+
+def test_pieces_between_nodes_replace_whole_messages_only_when_clearly_faster():
+    pick_limit, WHOLE_MESSAGES = selector.pick_limit, selector.WHOLE_MESSAGES
+    whole = 10.0
+    just_enough = whole * selector.PIECES_GAIN * 0.99
+    assert pick_limit({WHOLE_MESSAGES: whole, 32768: just_enough, 16384: whole}) == 32768
+    # A tie, or a gain below the threshold, keeps whole messages.
+    assert pick_limit({WHOLE_MESSAGES: whole, 32768: whole * 0.95}) == WHOLE_MESSAGES
+    # The fastest of the pieces wins; whole messages may well be the fastest.
+    assert pick_limit({WHOLE_MESSAGES: whole, 32768: 7.0, 16384: 6.0}) == 16384
+    assert pick_limit({WHOLE_MESSAGES: 5.0, 32768: 7.0}) == WHOLE_MESSAGES
+    # Only the user's limit timed: it stays.
+    assert pick_limit({4096: 3.0}) == 4096
