@@ -4,6 +4,9 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=src/transport/mpi_shim.c");
+    for variable in ["MPICC", "MPI_PKG_CONFIG", "CRAY_MPICH_DIR"] {
+        println!("cargo:rerun-if-env-changed={variable}");
+    }
     let lib = match build_probe_mpi::probe() {
         Ok(lib) => lib,
         Err(errors) => {
