@@ -7,7 +7,13 @@
 Run under ``mpirun -n N python script.py`` (or ``srun``). See the README for the full API.
 """
 
+# ruff: noqa: E402  (the MPI library loads before the modules that import the core)
 from __future__ import annotations
+
+from ._mpi_abi import load_core
+
+# Before anything imports the core: a wheel's core needs its MPI library loaded first.
+load_core()
 
 from . import selector
 from ._allreduce import allreduce

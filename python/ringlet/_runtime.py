@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _core
+from . import _core, _mpi_abi
 
 _finalizer_registered = False
 _user_comm: Any = None
@@ -42,10 +42,21 @@ def _check_mpi4py_library() -> None:
     if _family(theirs) and _family(ours) and _family(theirs) != _family(ours):
         raise _core.RingletError(
             f"mpi4py runs on {_family(theirs)} ({theirs.splitlines()[0]}) but ringlet on "
-            f"{_family(ours)} ({ours.splitlines()[0]}): build mpi4py against ringlet's MPI, "
-            "e.g. MPICC=/path/to/mpicc pip install --no-binary mpi4py --force-reinstall "
-            "--no-cache-dir mpi4py"
+            f"{_family(ours)} ({ours.splitlines()[0]}): give both one library. With "
+            "ringlet's and mpi4py's wheels, import ringlet first (mpi4py then uses the library "
+            "ringlet loaded) or set RINGLET_LIBMPI and MPI4PY_LIBMPI to the same file; with "
+            "mpi4py built from source, build it against ringlet's MPI (MPICC=/path/to/mpicc "
+            "pip install --no-binary mpi4py --force-reinstall --no-cache-dir mpi4py)"
         )
+
+
+def _refuse_a_wrong_library() -> None:
+    """A wheel's core runs on the library the loader chose: refuse it before MPI_Init when the
+    launcher belongs to another MPI (MPI would start every rank as a job of its own)."""
+    if _mpi_abi.chosen is not None:
+        problem = _mpi_abi.mismatch(_mpi_abi.chosen)
+        if problem:
+            raise _core.RingletError(problem)
 
 
 def _mpi4py_comm_handle(comm: Any) -> int:
@@ -100,6 +111,7 @@ def init(comm: Any = None) -> None:
         if _core.is_initialized() and comm is _user_comm:
             return
         handle = _mpi4py_comm_handle(comm)
+    _refuse_a_wrong_library()
     if not _finalizer_registered:
         atexit.register(_core.finalize)
         _finalizer_registered = True
