@@ -1,0 +1,58 @@
+"""``python -m ringlet.info``: what ringlet runs on, checked against what mpi4py and the
+process itself say (tests/wheels checks the same through the wheel on four MPIs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from mpi4py import MPI
+
+import ringlet
+from ringlet import _mpi_abi, info
+
+
+def test_the_report_names_the_library_this_process_runs_on(size):
+    report = info.gather()
+    mpi = report["mpi"]
+    assert mpi["version"] == MPI.Get_library_version().strip("\0 \n")
+    # One MPI library mapped, and it is the one reported.
+    assert _mpi_abi.loaded_libraries() == [mpi["library"]]
+    assert os.path.realpath(mpi["library"]) == mpi["library_file"]
+    assert mpi["abi"] == ("openmpi" if "Open MPI" in mpi["version"] else "mpich")
+    assert report["ranks"] == size and report["rank"] == ringlet.rank()
+    assert report["simd"] in ("generic", "avx2", "avx512")
+    assert report["frameworks"]["numpy"] and report["frameworks"]["mpi4py"]
+    available, _, _ = ringlet._core.shared_memory(0)
+    assert report["shared_memory"]["available"] == bool(available)
+    # The launcher that started this job is seen (the suite always runs under one).
+    launcher = report["launcher"]
+    assert launcher is not None and launcher["abi"] == mpi["abi"]
+
+
+def test_the_text_says_each_fact_on_its_own_line():
+    report = info.gather()
+    text = info.render(report)
+    for label, value in (("MPI library", report["mpi"]["library"]),
+                         ("MPI ABI", report["mpi"]["abi"]),
+                         ("SIMD kernels", report["simd"]),
+                         ("calibration cache", report["calibration_cache"]),
+                         ("chosen by", report["mpi"]["chosen_by"])):
+        line = next(line for line in text.splitlines() if line.startswith(label))
+        assert value in line, (label, line)
+
+
+def test_the_command_prints_json_without_initializing(tmp_path):
+    # A separate process, outside the job: a singleton that must not start MPI (--no-init).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI_", "PMIX_", "HYDI_", "MPI_LOCAL"))}
+    done = subprocess.run([sys.executable, "-m", "ringlet.info", "--json", "--no-init"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ringlet"] == ringlet.__version__
+    assert report["shared_memory"] is None and report["launcher"] is None
+    first_line = MPI.Get_library_version().strip("\0 \n").splitlines()[0]
+    assert report["mpi"]["version"].splitlines()[0] == first_line
