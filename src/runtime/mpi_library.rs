@@ -75,11 +75,12 @@ impl Family {
     }
 }
 
-const REBUILD: &str =
-    "Rebuild ringlet against the MPI you launch with: `MPICC=/path/to/that/mpicc \
-                       pip install --force-reinstall --no-cache-dir .` (or `make` in a checkout), \
-                       and build mpi4py the same way (`MPICC=... pip install --no-binary mpi4py \
-                       --no-cache-dir --force-reinstall mpi4py`)";
+const REBUILD: &str = "With ringlet's wheel, point it at the launcher's MPI \
+                       (RINGLET_LIBMPI=/path/to/that/libmpi.so.N; `python -m ringlet.info` says \
+                       what it loaded and why). Built from source, rebuild it against that MPI: \
+                       `MPICC=/path/to/that/mpicc pip install --force-reinstall --no-cache-dir .` \
+                       (or `make` in a checkout), and mpi4py the same way (`MPICC=... pip install \
+                       --no-binary mpi4py --no-cache-dir --force-reinstall mpi4py`)";
 
 /// Refuse to run on another MPI than the one ringlet was built with, or under a launcher that
 /// started more processes than MPI can see. Called once MPI is initialized.
