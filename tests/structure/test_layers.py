@@ -68,6 +68,14 @@ def test_the_python_package_has_no_import_cycles():
             visit(name, [name])
 
 
+def test_the_mpi_loader_stands_below_the_core():
+    """_mpi_abi decides and loads the MPI library before the core exists, and tools/ and
+    ringletrun ask it without loading anything: it may import no ringlet module."""
+    modules = python_modules()
+    assert imports_of(modules["ringlet._mpi_abi"], modules) == set()
+    assert "ringlet._mpi_abi" in imports_of(modules["ringlet"], modules)
+
+
 WRAPPERS = ("ringlet.hvd", "ringlet.jupyter")
 """Pure adapters over the public API: the Horovod API, and the notebook helpers."""
 
