@@ -9,7 +9,7 @@
 #   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 #
-# The binary wheel (README, "Installing"): one file, every CPython from 3.9, a core per MPI ABI:
+# The binary wheel (README, "Installing"): one file, every CPython from 3.10, a core per MPI ABI:
 #   make wheel          into dist/ (tools/build_wheel.py), checked by auditwheel
 #   make sdist          the source archive into dist/
 #   make test-wheels    the wheel installed without a compiler in fresh venvs, on Debian's Open MPI

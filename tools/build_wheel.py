@@ -1,4 +1,4 @@
-"""Build ringlet's binary wheel: one wheel per platform, for every CPython from 3.9 (abi3),
+"""Build ringlet's binary wheel: one wheel per platform, for every CPython from 3.10 (abi3),
 holding one build of the core per MPI ABI and no part of any MPI.
 
     python tools/build_wheel.py [--out dist] [--platform manylinux2014]
@@ -7,9 +7,9 @@ For each ABI (python/ringlet/_mpi_abi.py, ABIS) it builds the core with maturin 
 ABI's MPI compiler wrapper (`mpicc.openmpi` and `mpicc.mpich` on Debian; RINGLET_MPICC_OPENMPI
 and RINGLET_MPICC_MPICH name others), both at once, each in a cargo target directory of its own
 (mpi-sys's build script would otherwise reuse the first ABI's bindings), linked by zig against
-the platform's oldest glibc (`--zig --compatibility`). It then removes each build's libmpi dependency
-(`patchelf --remove-needed`: Debian's MPICH is libmpich.so.12, not libmpi.so.12, so the loader
-loads the library itself, RTLD_GLOBAL, before the build), names the builds
+the platform's oldest glibc (`--zig --compatibility`). It then removes each build's libmpi
+dependency (`patchelf --remove-needed`: Debian's MPICH is libmpich.so.12, not libmpi.so.12, so
+the loader loads the library itself, RTLD_GLOBAL, before the build), names the builds
 `_core.<abi>.abi3.so`, packs them into one wheel and checks it with `auditwheel show`: the
 platform tag it claims must be one auditwheel grants, and no MPI library may be in it.
 """

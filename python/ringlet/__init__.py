@@ -7,13 +7,19 @@
 Run under ``mpirun -n N python script.py`` (or ``srun``). See the README for the full API.
 """
 
-# ruff: noqa: E402  (the MPI library loads before the modules that import the core)
 from __future__ import annotations
 
-from ._mpi_abi import load_core
+from ._mpi_abi import NoMpiError, load_core, running_as_main
 
 # Before anything imports the core: a wheel's core needs its MPI library loaded first.
-load_core()
+try:
+    load_core()
+except NoMpiError as no_mpi:
+    if running_as_main("ringlet.info", "ringlet.run", "ringletrun"):
+        # `python -m ringlet.info` (or ringletrun) with no MPI: say what was tried, without a
+        # traceback through this package's import.
+        raise SystemExit(f"ringlet cannot load: {no_mpi}") from None
+    raise
 
 from . import selector
 from ._allreduce import allreduce

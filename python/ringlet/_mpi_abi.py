@@ -320,6 +320,16 @@ def choose(world: _World | None = None) -> Choice:
         + "".join(f"  - {line}\n" for line in tried) + HOW_TO_GET_AN_MPI)
 
 
+def running_as_main(*commands: str) -> bool:
+    """Whether this process is one of `commands`: ``python -m MODULE`` for a module name, or a
+    console script by its name (known while the package is still importing, from the
+    interpreter's own command line)."""
+    argv = list(getattr(sys, "orig_argv", []))  # Python 3.10+
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return any(argv[i:i + 2] == ["-m", command] for command in commands
+               for i in range(len(argv))) or script in commands
+
+
 def mismatch(choice: Choice) -> str | None:
     """Why `choice` cannot serve the launcher that started this process, or None."""
     wanted = os.environ.get("RINGLET_MPI_ABI", "").strip().lower()
@@ -335,7 +345,13 @@ def mismatch(choice: Choice) -> str | None:
             f", {choice.reason}): every rank would run alone. Launch with the mpirun of "
             f"{choice.path}'s MPI, or let ringlet load the launcher's MPI (unset "
             "RINGLET_LIBMPI/RINGLET_MPI_ABI, and import ringlet before mpi4py or give mpi4py "
-            "the same library with MPI4PY_LIBMPI)")
+            f"the same library with MPI4PY_LIBMPI){_MPI4PY_WHEEL_NOTE}")
+
+
+# mpi4py's wheel finds the MPICH ABI by the name libmpi.so.12, which Debian's MPICH lacks.
+_MPI4PY_WHEEL_NOTE = (". Debian and Ubuntu's MPICH (libmpich.so.12) cannot serve mpi4py's "
+                      "wheel at all: build mpi4py against it (MPICC=mpicc.mpich pip install "
+                      "--no-binary mpi4py --force-reinstall --no-cache-dir mpi4py)")
 
 
 # --- loading ------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ fn settings<'py>(
     // Some(None): back to calibration's choice; Some(Some(n)): the user's limit.
     let across: Option<Option<usize>> = match across_message_bytes {
         None => None,
-        Some(value) if value.extract::<String>().is_ok_and(|v| v == "auto") => Some(None),
+        Some(value) if value.extract::<&str>().is_ok_and(|v| v == "auto") => Some(None),
         Some(value) => Some(Some(value.extract::<usize>().map_err(|_| {
             pyo3::exceptions::PyValueError::new_err(format!(
                 "across_message_bytes must be a positive int or \"auto\", got {value}"
@@ -191,10 +191,8 @@ fn allreduce_fast<'py>(
     ) else {
         return Ok(None);
     };
-    // to_cow, not to_str: the stable ABI (the wheel's abi3 build) has no borrowed UTF-8 view
-    // before Python 3.10.
-    let (op, algorithm) = (op.to_cow()?, algorithm.to_cow()?);
-    let (Some(dtype), Ok(op)) = (known_dtype(&array.dtype()), ReduceOp::from_name(&op)) else {
+    let (op, algorithm) = (op.to_str()?, algorithm.to_str()?);
+    let (Some(dtype), Ok(op)) = (known_dtype(&array.dtype()), ReduceOp::from_name(op)) else {
         return Ok(None);
     };
     let in_place = match out {
@@ -203,7 +201,7 @@ fn allreduce_fast<'py>(
         Some(_) => return Ok(None),
     };
     let nbytes = array.len() * dtype.size();
-    let ready = match algorithm.as_ref() {
+    let ready = match algorithm {
         "auto" => auto::choose(dtype, op, nbytes).is_some(),
         name => runtime::allreduce::can_reduce(name, dtype, op),
     };
@@ -221,7 +219,7 @@ fn allreduce_fast<'py>(
     };
     let shape = target.shape();
     detached(py, || {
-        runtime::allreduce::allreduce(bytes, dtype, op, shape, &algorithm, WORLD)
+        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, WORLD)
     })?;
     Ok(Some(target.into_any()))
 }
