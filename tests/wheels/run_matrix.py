@@ -268,7 +268,7 @@ class Matrix:
         return case_dir, venv
 
     def mpi_case(self, case: Case, demo: bool) -> None:
-        checks = ["collectives", "info"]
+        checks = ["collectives", "info", "ringletrun"]
         checks += ["mpi4py-first", "ringlet-first"] if case.mpi4py else []
         checks += ["demo"] if demo else []
         made = self.setup(case, demo)
@@ -313,7 +313,27 @@ class Matrix:
                     tail(output)
             return None
 
+        def ringletrun() -> str | None:
+            # No --mpi-launcher: ringletrun must find the launcher of the MPI ringlet loads
+            # (the venv's, for PyPI's MPIs, though Debian's mpirun is on PATH).
+            command = [str(venv / "bin" / "ringletrun"), "--verbose", "-np",
+                       str(self.args.ranks), python, str(CHECK), "collectives", *expect,
+                       "--ranks", str(self.args.ranks)]
+            # Debian's two MPIs side by side: the system's Open MPI comes first, so a user of
+            # its MPICH says which ABI (and ringletrun then takes mpirun.mpich).
+            both = case.pypi_mpi is None and case.abi == "mpich"
+            status, output = self.run(command, logs / "ringletrun.log",
+                                      {**env, "RINGLET_MPI_ABI": "mpich"} if both else env,
+                                      case_dir)
+            chosen = re.search(r"^ringletrun: (\S+),", output, re.M)
+            expected_dir = os.path.dirname(case.launcher.format(venv=venv))
+            if status != 0 or chosen is None or os.path.dirname(chosen[1]) != expected_dir:
+                return (f"exit status {status}, launcher {chosen and chosen[1]!r} (expected one "
+                        f"in {expected_dir}):\n{tail(output)}")
+            return None
+
         jobs: dict[str, Callable[[], str | None]] = {
+            "ringletrun": ringletrun,
             "collectives": lambda: self.job(
                 logs / "collectives.log",
                 [*launch, python, str(CHECK), "collectives", *expect,
