@@ -249,9 +249,10 @@ $(WHEEL_STAMP): $(RUST_SOURCES) $(PYTHON_SOURCES) pyproject.toml README.md tools
 wheel: $(WHEEL_STAMP)
 
 sdist: | $(PYTHON)
+	rm -f dist/ringlet-*.tar.gz
 	$(VENV)/bin/maturin sdist --out dist
 
-test-wheels: $(WHEEL_STAMP)
+test-wheels: $(WHEEL_STAMP) sdist
 	$(PYTHON) tests/wheels/run_matrix.py --wheel-dir dist
 
 test-wheels-quick: $(WHEEL_STAMP)

@@ -285,7 +285,8 @@ def choose(world: _World | None = None) -> Choice:
 
     # From here on a launcher of known ABI narrows the search to its ABI.
     abi = wanted or (launcher.abi if launcher else None)
-    if launcher is not None and launcher.lib_dirs:
+    # The launcher's directories only if its MPI is of the ABI asked for (RINGLET_MPI_ABI).
+    if launcher is not None and launcher.lib_dirs and launcher.abi in (None, abi):
         found = pick(find_in(launcher.lib_dirs, abi, world.exists),
                      f"the library of the launcher ({launcher.name}: {launcher.program})")
         if found:

