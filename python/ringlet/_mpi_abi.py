@@ -137,7 +137,8 @@ def loaded_libraries(maps: str | None = None) -> list[str]:
             return []
     found: list[str] = []
     for line in maps.splitlines():
-        path = line.split(maxsplit=5)[5] if len(line.split(maxsplit=5)) == 6 else ""
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
+        path = fields[5] if len(fields) == 6 else ""
         if path.startswith("/") and abi_of_name(path) and path not in found:
             found.append(path)
     return found
@@ -181,14 +182,10 @@ def detect_launcher(env: Mapping[str, str], parents: list[str]) -> Launcher | No
                     and LAUNCHER_PROGRAMS[os.path.basename(p)] in (abi, None)), None)
     if abi is None and program is not None:
         abi = LAUNCHER_PROGRAMS[os.path.basename(program)]
-    dirs: list[str] = []
     # Open MPI 5 says where its library is; 4.x's daemon sits in <prefix>/bin.
-    for variable in ("OMPI_LIBDIR_LOC",):
-        if env.get(variable):
-            dirs.append(env[variable])
-    for variable in ("OPAL_PREFIX",):
-        if env.get(variable):
-            dirs.extend(_multiarch_dirs(env[variable]))
+    dirs = [env["OMPI_LIBDIR_LOC"]] if env.get("OMPI_LIBDIR_LOC") else []
+    if env.get("OPAL_PREFIX"):
+        dirs.extend(_multiarch_dirs(env["OPAL_PREFIX"]))
     if program is not None:
         dirs.extend(_multiarch_dirs(os.path.dirname(os.path.dirname(program))))
     return Launcher(name=name, abi=abi, program=program, lib_dirs=tuple(dict.fromkeys(dirs)))
