@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -58,26 +59,32 @@ def same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_installed_wheel() -> None:
-    """ringlet must come from the wheel installed in this venv, not from a source tree."""
+def check_installed_wheel(source_build: bool = False) -> None:
+    """ringlet must come from the wheel installed in this venv, not from a source tree (or,
+    with `source_build`, from the sdist built into this venv: one core, for this Python)."""
     import ringlet
 
     package = Path(ringlet.__file__).resolve().parent
     check(Path(sys.prefix).resolve() in package.parents,
           f"ringlet imported from {package}, not from this venv ({sys.prefix})")
     cores = sorted(p.name for p in package.glob("_core*.so"))
-    check(cores == ["_core.mpich.abi3.so", "_core.openmpi.abi3.so"],
-          f"installed package holds {cores}, not the wheel's two per-ABI cores")
+    expected = ([f"_core{sysconfig.get_config_var('EXT_SUFFIX')}"] if source_build
+                else ["_core.mpich.abi3.so", "_core.openmpi.abi3.so"])
+    check(cores == expected, f"installed package holds {cores}, expected {expected}")
 
 
-def check_loaded(expect_lib: str) -> None:
-    """Exactly one MPI library mapped, and it is the expected one (by its real path)."""
+def check_loaded(expect_lib: str, source_build: bool = False) -> None:
+    """Exactly one MPI library mapped, and it is the expected one (by its real path); the
+    wheel's loader chose it (a build from source links it instead)."""
     from ringlet import _mpi_abi
 
     loaded = _mpi_abi.loaded_libraries()
     check(len(loaded) == 1, f"expected exactly one MPI library mapped, found {loaded}")
     check(same_file(loaded[0], expect_lib),
           f"mapped {loaded[0]}, expected {os.path.realpath(expect_lib)}")
+    if source_build:
+        check(_mpi_abi.chosen is None, "a build from source went through the wheel's loader")
+        return
     chosen = _mpi_abi.chosen
     check(chosen is not None, "ringlet._mpi_abi.chosen is None: the wheel's loader did not run")
     assert chosen is not None
@@ -151,8 +158,8 @@ def collectives(args: argparse.Namespace) -> None:
 
     import ringlet
 
-    check_installed_wheel()
-    check_loaded(args.expect_lib)
+    check_installed_wheel(args.source_build)
+    check_loaded(args.expect_lib, args.source_build)
     rank, size = ringlet.rank(), ringlet.size()
     check(size == args.ranks, f"ringlet sees {size} ranks, the launcher started {args.ranks}: "
                               "the ranks did not join one job")
@@ -330,6 +337,9 @@ def main() -> None:
             mode.add_argument("--expect-abi", required=True, choices=sorted(VERSION_WORDS))
         if not name.startswith("no-mpi"):
             mode.add_argument("--ranks", type=int, default=2, help="as the launcher was told")
+        if name == "collectives":
+            mode.add_argument("--source-build", action="store_true",
+                              help="ringlet was built from the sdist, not installed as the wheel")
         if name == "side-by-side":
             mode.add_argument("--order", required=True,
                               choices=("mpi4py-first", "ringlet-first"))

@@ -342,8 +342,10 @@ class Matrix:
             status, output = self.run([*launch, python, "-c", "import ringlet; ringlet.init()"],
                                       logs / "wrong-abi.log", {**env, "RINGLET_MPI_ABI": other},
                                       case_dir)
+            # Open MPI 5's mpirun ends the job at the first rank that fails, sometimes before
+            # the other has printed: one refusal or more, and none of the ranks ran.
             said = output.count("RingletError: this process was started by")
-            if status == 0 or said != self.args.ranks or "Launch with the mpirun of" not in output:
+            if status == 0 or said < 1 or "Launch with the mpirun of" not in output:
                 return f"exit status {status}, {said} ranks refused:\n{tail(output)}"
             return None
 
@@ -400,8 +402,8 @@ class Matrix:
         launch = [case.launcher, "-n", str(self.args.ranks)]
         self.step(f"{name}/collectives", lambda: self.job(
             logs / "collectives.log",
-            [*launch, python, str(CHECK), "collectives", "--expect-lib", case.library,
-             "--expect-abi", "openmpi", "--ranks", str(self.args.ranks)],
+            [*launch, python, str(CHECK), "collectives", "--source-build", "--expect-lib",
+             case.library, "--expect-abi", "openmpi", "--ranks", str(self.args.ranks)],
             {**env, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
              "OMPI_MCA_rmaps_base_oversubscribe": "1"}, case_dir))
         self.cleanup(case_dir, name)
