@@ -25,6 +25,7 @@ would be chosen without loading it.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -91,6 +92,8 @@ class Choice:
     """A sentence: "RINGLET_LIBMPI", "already loaded in the process (mpi4py?)", ..."""
     launcher: Launcher | None = None
     tried: tuple[str, ...] = field(default=(), compare=False)
+    wanted: str | None = None
+    """The ABI RINGLET_MPI_ABI asked for, if any."""
 
 
 class NoMpiError(ImportError):
@@ -260,7 +263,8 @@ def choose(world: _World | None = None) -> Choice:
                 f"RINGLET_LIBMPI={forced!r}: cannot tell its ABI from its name (expected "
                 f"{', '.join(s for names in SONAMES.values() for s in names)}); say it with "
                 "RINGLET_MPI_ABI=openmpi or mpich")
-        return Choice(forced, abi, "RINGLET_LIBMPI", launcher, (f"RINGLET_LIBMPI={forced}",))
+        return Choice(forced, abi, "RINGLET_LIBMPI", launcher, (f"RINGLET_LIBMPI={forced}",),
+                      wanted)
 
     def pick(path: str | None, reason: str) -> Choice | None:
         if path is None:
@@ -269,7 +273,7 @@ def choose(world: _World | None = None) -> Choice:
         if abi is None or (wanted is not None and abi != wanted):
             tried.append(f"{path} ({reason}): not {ABI_NAMES[wanted or 'openmpi']}")
             return None
-        return Choice(path, abi, reason, launcher, tuple(tried))
+        return Choice(path, abi, reason, launcher, tuple(tried), wanted)
 
     # A library already loaded is the one: a second MPI in one process would be worse than a
     # wrong one (mismatch() says so at init).
@@ -277,7 +281,7 @@ def choose(world: _World | None = None) -> Choice:
         path = world.loaded[0]
         return Choice(path, abi_of_name(path) or "mpich",
                       "already loaded in this process (by mpi4py, or another module)",
-                      launcher, tuple(tried))
+                      launcher, tuple(tried), wanted)
     tried.append("no MPI library is loaded in this process")
 
     # From here on a launcher of known ABI narrows the search to its ABI.
@@ -330,8 +334,8 @@ def running_as_main(*commands: str) -> bool:
 
 def mismatch(choice: Choice) -> str | None:
     """Why `choice` cannot serve the launcher that started this process, or None."""
-    wanted = os.environ.get("RINGLET_MPI_ABI", "").strip().lower()
-    if wanted in ABIS and wanted != choice.abi:
+    wanted = choice.wanted
+    if wanted is not None and wanted != choice.abi:
         return (f"RINGLET_MPI_ABI={wanted}, but {choice.path} ({ABI_NAMES[choice.abi]}) was "
                 f"{choice.reason}: import ringlet before mpi4py, or unset RINGLET_MPI_ABI")
     launcher = choice.launcher
@@ -402,7 +406,7 @@ def load_core() -> ModuleType:
                           f"{error}\n{HOW_TO_GET_AN_MPI}") from None
     abi = abi_of_loaded(library)
     if abi != choice.abi:
-        choice = Choice(choice.path, abi, choice.reason, choice.launcher, choice.tried)
+        choice = dataclasses.replace(choice, abi=abi)
     if abi not in per_abi:
         raise ImportError(f"{choice.path} is {ABI_NAMES[abi]}, for which this ringlet has no "
                           f"build (it has: {', '.join(per_abi)})")

@@ -40,8 +40,7 @@ def gather(initialize: bool = True) -> dict[str, Any]:
     from ringlet import _core, _mpi_abi, selector
 
     library = _mpi_abi.describe()
-    library["version"] = _core.mpi_library()[0]
-    library["built_with"] = _core.mpi_library()[1]
+    library["version"], library["built_with"] = _core.mpi_library()
     report: dict[str, Any] = {
         "ringlet": ringlet.__version__,
         "python": sys.version.split()[0],

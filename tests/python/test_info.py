@@ -56,3 +56,11 @@ def test_the_command_prints_json_without_initializing(tmp_path):
     assert report["shared_memory"] is None and report["launcher"] is None
     first_line = MPI.Get_library_version().strip("\0 \n").splitlines()[0]
     assert report["mpi"]["version"].splitlines()[0] == first_line
+
+
+def test_two_libraries_loaded_are_a_warning_line():
+    report = info.gather()
+    report["mpi"] = {**report["mpi"], "loaded": ["/a/libmpi.so.40", "/b/libmpich.so.12"]}
+    warning = [line for line in info.render(report).splitlines() if line.startswith("WARNING")]
+    assert warning == ["WARNING            2 MPI libraries are loaded: /a/libmpi.so.40, "
+                       "/b/libmpich.so.12"]
