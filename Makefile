@@ -192,15 +192,17 @@ else
 # by tools/ringlet_build_backend.py in target/mpi/<MPICH's key> (release profile).
 $(BUILD_STAMP): $(RUST_SOURCES) $(PYTHON_SOURCES) pyproject.toml \
 		| $(PYTHON) $(STAMPS)/system $(STAMPS)/mpi4py-$(MPI_KEY)
-	$(PYTHON) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
+	MATURIN_PEP517_ARGS="--features test-hooks" \
+		$(PYTHON) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
 	$(CHECK_MPI4PY)
 	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
 endif
 else
 # maturin builds the extension in release mode and installs it editable with the extras'
-# dependencies (numpy, mpi4py, ml_dtypes, pytest, torch, scikit-learn, ...).
+# dependencies (numpy, mpi4py, ml_dtypes, pytest, torch, scikit-learn, ...). The development
+# build has the test hooks (Cargo.toml, `test-hooks`); the wheel has not.
 $(BUILD_STAMP): $(RUST_SOURCES) pyproject.toml | $(PYTHON) $(STAMPS)/system $(STAMPS)/uv
-	$(VENV)/bin/maturin develop --release --uv --extras $(EXTRAS)
+	$(VENV)/bin/maturin develop --release --uv --features test-hooks --extras $(EXTRAS)
 	@rm -f $(filter-out $(STAMPS)/build-$(MPI_KEY)-%,$(wildcard $(STAMPS)/build-*)) && touch $@
 endif
 
@@ -209,6 +211,7 @@ build: setup
 test-rust: $(STAMPS)/system
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features test-hooks -- -D warnings
 	cargo test
 
 # The Rust kernels and a quick slice of the schedule tests under valgrind's memcheck (Miri and

@@ -255,13 +255,19 @@ fn k_chain_root_receives_one_message_per_chain() {
 
 #[test]
 fn auto_prices_every_algorithm_and_takes_the_cheapest_that_runs_here() {
-    use _core::auto::{cheapest, Model};
+    use _core::auto::{choose_cheapest, Parameters, Pricing};
     use _core::schedules::Tuning;
     let transports = LocalTransport::group(8);
     let here = &transports[0];
     let tuning = Tuning::default();
+    let model = Parameters::default();
+    let pricing = Pricing {
+        parameters: &model,
+        tuning: &tuning,
+        corrected: false,
+    };
     let pick = |bytes: usize, dtype: DType| {
-        cheapest(REDUCE, here, &tuning, bytes, Some((dtype, ReduceOp::Sum)))
+        choose_cheapest(REDUCE, here, pricing, bytes, Some((dtype, ReduceOp::Sum)))
             .expect("something runs")
             .name()
     };
@@ -273,7 +279,6 @@ fn auto_prices_every_algorithm_and_takes_the_cheapest_that_runs_here() {
         assert_ne!(pick(bytes, DType::F64), "mpi");
     }
     // The pick is the minimum of the model's prices.
-    let model = Model::DEFAULT;
     for bytes in [8usize, 4 << 10, 256 << 10, 16 << 20] {
         let price = |name: &str| {
             let a = REDUCE

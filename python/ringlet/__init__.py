@@ -21,7 +21,7 @@ except NoMpiError as no_mpi:
         raise SystemExit(f"ringlet cannot load: {no_mpi}") from None
     raise
 
-from . import selector
+from . import calibration, selector
 from ._allreduce import allreduce
 from ._collectives import (
     Handle,
@@ -97,6 +97,7 @@ __all__ = [
     "broadcast_async",
     "broadcast_object",
     "calibrate",
+    "calibration",
     "empty",
     "explain",
     "fusion_threshold_bytes",

@@ -6,11 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, selector
+from . import _core, calibration
 from ._arrays import as_array, check_out, fill, refused_together
+from ._collectives import check_algorithm
 from ._dtypes import check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import _thread_state, register_thread, size
+from ._runtime import _thread_state, register_thread
 
 
 def allreduce(
@@ -47,7 +48,7 @@ def prepare(x: Any, op: str, out: Any, algorithm: str,
         x = as_array(x, "allreduce")
         name = dtype_name(x.dtype)
         check_op(op)
-        selector.check_algorithm(algorithm)
+        check_algorithm(algorithm, "allreduce")
         _core.check_algorithm("allreduce", algorithm, name, op)
         target = None if out is None else check_out(x, out, "allreduce")
     return fill(x, target), name
@@ -59,11 +60,9 @@ def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str,
     process sets."""
     where = place(process_set)
     result, name = prepare(x, op, out, algorithm, where.id)
-    if algorithm == "auto" and where.id == 0:
-        # The table must exist; the core then plays it, as on the fast path, so that both
-        # paths count the same calls in auto's refinement (a rank on either is in step).
-        selector.choose(result.nbytes, size(), name, op)
-    elif algorithm == "auto":
-        algorithm = selector.choose_in_set(result.nbytes, where.size, name, op, where.id)
+    if algorithm == "auto":
+        # The core decides, with the model's parameters, which the first call installs
+        # (collective: on a process set they were installed when it was added).
+        calibration.ensure_installed()
     _core.allreduce(result, name, op, algorithm, where.id)
     return result

@@ -1,7 +1,6 @@
 """The collectives besides allreduce: broadcast, reduce, allgather, reduce_scatter (and their
 object forms), with the same guarantees as ``allreduce``: a consistency check before any data moves,
-bit-identical results on every rank, clear errors on bad input, the GIL released. Also the
-small helpers that the selector builds on (so that it needs nothing above this module)."""
+bit-identical results on every rank, clear errors on bad input, the GIL released."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from ._arrays import (
 )
 from ._dtypes import check_op, dtype_name, movable_name
 from ._membership import Place, ProcessSet, place
-from ._runtime import init, rank, register_thread, size
+from ._runtime import rank, register_thread, size
 
 
 def check_algorithm(algorithm: str, collective: str) -> str:
@@ -394,17 +393,3 @@ def barrier(process_set: ProcessSet | None = None) -> None:
     checked like the others)."""
     register_thread()
     _core.barrier(place(process_set).id)
-
-
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def max_over_ranks(values: np.ndarray) -> np.ndarray:
-    """The element-wise maximum over ranks of a float64 array (a plain ring allreduce)."""
-    init()
-    result = np.array(values, dtype=np.float64, order="C", copy=True)
-    _core.allreduce(result, "float64", "max", "ring")
-    return result

@@ -12,8 +12,6 @@ __all__ = [
     "MismatchError",
     "RingletError",
     "SharedBuffer",
-    "_test_panic",
-    "_test_wrong_length_message",
     "abort",
     "add_process_set",
     "algorithm_cost",
@@ -26,22 +24,27 @@ __all__ = [
     "allreduce_fast",
     "allreduce_group_async",
     "alltoall",
-    "auto_choice",
     "auto_refinements",
     "barrier",
     "broadcast",
     "broadcast_async",
     "check_algorithm",
-    "clear_auto_table",
+    "check_parameters",
+    "choose_message_limit",
+    "default_parameters",
     "dtypes",
+    "explain",
     "finalize",
     "group",
     "init",
+    "install_parameters",
+    "installed_parameters",
     "is_initialized",
     "join",
     "kernel_level",
     "measure_combine",
     "measure_sendrecv",
+    "message_limit_options",
     "mpi_library",
     "nodes",
     "ops",
@@ -53,8 +56,6 @@ __all__ = [
     "register_dtype",
     "remove_process_set",
     "reset_stats",
-    "set_auto_table",
-    "set_model",
     "set_stats_enabled",
     "set_thread_key",
     "settings",
@@ -64,6 +65,7 @@ __all__ = [
     "simulate",
     "simulated_algorithms",
     "stats",
+    "use_calibrated_message_limit",
     "wait_policy",
 ]
 
@@ -116,9 +118,10 @@ def settings(
     segment_bytes: int | None = None,
     max_message_bytes: int | None = None,
     node_major_rings: bool | None = None,
-    across_message_bytes: int | str | None = None,
-    calibrated_across_bytes: int | None = None,
+    across_message_bytes: int | None = None,
+    across_message_bytes_auto: bool = False,
 ) -> dict[str, int | bool]: ...
+def use_calibrated_message_limit(limit: int) -> dict[str, int | bool]: ...
 def allreduce_fast(
     x: object, op: object, out: object | None, algorithm: object
 ) -> npt.NDArray[Any] | None:
@@ -155,14 +158,6 @@ def reduce(
     out: npt.NDArray[Any] | None,
     process_set: int = 0,
 ) -> bool: ...
-def set_model(
-    alpha: float,
-    beta: float,
-    alpha_across: float,
-    beta_across: float,
-    gamma: float,
-    gamma_of: list[tuple[str, float]],
-) -> None: ...
 def simulate(
     collective: str,
     algorithm: str,
@@ -189,7 +184,7 @@ def allreduce_group_async(
     prescale: float,
     postscale: float,
     fusion_bytes: int,
-    pack_below: int = 0,
+    pack_below: int | None = None,
     process_set: int = 0,
 ) -> Handle: ...
 def allgather_async(
@@ -207,12 +202,27 @@ def broadcast_async(
     array: npt.NDArray[Any], dtype: str, root: int, algorithm: str, process_set: int = 0
 ) -> Handle: ...
 def register_dtype(descr: np.dtype[Any], name: str) -> None: ...
-def set_auto_table(entries: list[tuple[str, str, int, str, str]]) -> None: ...
+def install_parameters(json: str) -> None: ...
+def installed_parameters() -> str | None: ...
+def default_parameters() -> str: ...
+def check_parameters(json: str) -> str: ...
+def message_limit_options() -> list[int]: ...
+def choose_message_limit(timed: list[tuple[int, float]]) -> int: ...
+def explain(
+    nbytes: int,
+    dtype: str,
+    op: str,
+    parameters: str | None = None,
+    nodes: list[int] | None = None,
+    process_set: int = 0,
+    simulate_up_to: int = 0,
+) -> tuple[str, str, list[tuple[str, float, float, float, float | None]]]:
+    """(what auto runs, what that rests on, per candidate: (algorithm, model seconds,
+    measured/model, predicted seconds, simulated seconds or None))."""
+
 def auto_refinements(
     process_set: int = 0,
-) -> list[tuple[str, str, int, str, int, int, int]]: ...
-def clear_auto_table() -> None: ...
-def auto_choice(dtype: str, op: str, nbytes: int) -> str | None: ...
+) -> list[tuple[str, str, int, int, str, int, int, int]]: ...
 def algorithms(collective: str = "allreduce") -> list[str]: ...
 def check_algorithm(collective: str, algorithm: str, dtype: str, op: str) -> None: ...
 def algorithm_support(collective: str, algorithm: str, dtype: str, op: str) -> tuple[str, str]: ...
@@ -242,6 +252,8 @@ def set_thread_key(key: int) -> None: ...
 def abort(code: int) -> None:
     """MPI_Abort on MPI_COMM_WORLD: ends every process of the job."""
 
+
+# Only in builds with the `test-hooks` feature (the development build, not the wheel).
 def _test_panic(in_background: bool) -> None: ...
 def _test_wrong_length_message(sent: int, expected: int) -> None: ...
 

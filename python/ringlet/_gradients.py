@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, selector
+from . import _core, calibration
 from ._allreduce import allreduce, prepare
 from ._arrays import refused_together, why_not_in_place
-from ._collectives import Handle, broadcast_object
-from ._dtypes import ELEMENT_BYTES, FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
+from ._collectives import Handle, broadcast_object, check_algorithm
+from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import register_thread, size, topology
+from ._runtime import register_thread, topology
 
 DEFAULT_FUSION_THRESHOLD = 64 << 20
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -43,6 +43,66 @@ def fusion_threshold_bytes(value: int | None = None) -> int:
     if value < 0:
         raise ValueError(f"fusion_threshold must be >= 0 bytes, got {value}")
     return int(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Buckets: how many bytes of gradients DistributedOptimizer sends in one fused allreduce.
+
+BUCKET_OVERHEAD = 0.1
+"""A bucket is sized so that its fixed costs are at most this fraction of its time."""
+LAUNCH_SECONDS = 30e-6
+"""A bucket's launch from a gradient hook (tensor views, the queue): tens of microseconds."""
+MIN_BUCKET, MAX_BUCKET = 1 << 20, 64 << 20
+ONE_BUCKET = 1 << 62
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Bytes per bucket (``ONE_BUCKET``: everything in one) and why."""
+
+    limit: int
+    reason: str
+
+
+def bucket_bytes(dtype: str, size: int, *, hosts: int, cores_per_rank: int, threads: int,
+                 process_set: int = 0, parameters: str | None = None) -> Buckets:
+    """How large ``DistributedOptimizer``'s buckets are: the first bucket's allreduce runs
+    while backward computes the rest, so smaller buckets hide more, but each costs a launch,
+    the call's check and its algorithm's latency terms. Overlap pays only if the transfer does
+    not need the cores backward runs on: between hosts it is the network's time (a waiting
+    thread sleeps, see ``_core.wait_policy``); on one host it is copies and reductions made
+    by these cores, so without a spare core (``cores_per_rank`` <= ``threads``) overlapping
+    only shares them, and one bucket, reduced once backward is done, is fastest
+    (benchmarks/RESULTS.md, "Training steps"). Otherwise the bucket is the smallest whose
+    fixed costs are ``BUCKET_OVERHEAD`` of its time, with the times the core predicts on
+    ``process_set`` (on ``size`` ranks of one node if it has another size: a what-if), within
+    [1 MiB, 64 MiB]; ``parameters`` (JSON) price instead of the installed ones. Local: every
+    rank computes the same from the same parameters."""
+    if size <= 1:
+        return Buckets(ONE_BUCKET, "one rank: nothing to communicate")
+    if hosts == 1 and cores_per_rank <= threads:
+        return Buckets(ONE_BUCKET, (
+            f"one host, {cores_per_rank} core(s) per rank for {threads} compute thread(s): the "
+            "transfers are copies these cores make, so overlapping them with backward only "
+            "shares the cores; one bucket, reduced when backward is done"))
+    nodes = None if size == _core.group(process_set)[1] else [0] * size
+
+    def predicted(nbytes: int, dtype: str) -> tuple[str, dict[str, float]]:
+        choice, _, rows = _core.explain(nbytes, dtype, "sum", parameters=parameters,
+                                        nodes=nodes, process_set=process_set)
+        return choice, {name: seconds for name, _, _, seconds, _ in rows}
+
+    large, at_largest = predicted(MAX_BUCKET, dtype)
+    check, of_check = predicted(32, "int64")
+    _, at_smallest = predicted(8, dtype)
+    fixed = LAUNCH_SECONDS + of_check[check] + at_smallest[large]
+    per_byte = max((at_largest[large] - at_smallest[large]) / MAX_BUCKET, 1e-15)
+    limit = fixed * (1 - BUCKET_OVERHEAD) / (BUCKET_OVERHEAD * per_byte)
+    limit = int(min(max(limit, MIN_BUCKET), MAX_BUCKET))
+    where = f"{hosts} hosts" if hosts > 1 else "a spare core per rank"
+    return Buckets(limit, (
+        f"{where}: a bucket's fixed cost (~{fixed * 1e6:.0f} us: launch, check, {large}'s "
+        f"latency) is {BUCKET_OVERHEAD:.0%} of its time at {limit / (1 << 20):.4g} MiB"))
 
 
 @dataclass(frozen=True)
@@ -69,7 +129,7 @@ def plan_buckets(
     fused allreduce as soon as its last array is ready.
 
     The size comes from ``fusion_threshold`` if given, else RINGLET_FUSION_THRESHOLD if set,
-    else the cost model (``selector.bucket_bytes``: small buckets where the transfer can
+    else the cost model (:func:`bucket_bytes`: small buckets where the transfer can
     overlap the computation, one bucket where it would only share the cores with it);
     ``compute_threads`` is how many threads each rank computes with. Collective: rank 0 plans
     and every rank gets its plan, so the ranks agree even if their settings differ; ranks that
@@ -81,7 +141,7 @@ def plan_buckets(
         raise ValueError("array sizes must be >= 0 bytes")
     where = place(process_set)
     if where.id == 0:
-        _ensure_auto_table("auto")
+        calibration.ensure_installed()
     if fusion_threshold is not None or "RINGLET_FUSION_THRESHOLD" in os.environ:
         limit = max(fusion_threshold_bytes(fusion_threshold), 1)
         reason = ("fusion_threshold" if fusion_threshold is not None
@@ -93,9 +153,9 @@ def plan_buckets(
         except AttributeError:  # not Linux
             affinity = os.cpu_count() or 1
         cores_per_rank = min(affinity, (os.cpu_count() or 1) // here.local_size)
-        choice = selector.bucket_bytes(
+        choice = bucket_bytes(
             dtype, where.size, hosts=here.cross_size, cores_per_rank=cores_per_rank,
-            threads=max(int(compute_threads), 1))
+            threads=max(int(compute_threads), 1), process_set=where.id)
         limit, reason = choice.limit, choice.reason
     buckets: list[list[int]] = []
     filled = 0
@@ -137,12 +197,6 @@ def wire_dtype(dtype: str, compression: Any) -> str:
     return wire
 
 
-def _ensure_auto_table(algorithm: str) -> None:
-    """Queued work cannot call into Python: build the decision table first (collective)."""
-    if algorithm == "auto" and _core.auto_choice("float32", "sum", 8) is None:
-        selector.choose(8, size(), "float32", "sum")
-
-
 def _check_in_place(array: Any, what: str) -> str:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{what} takes numpy arrays, got {type(array).__name__}")
@@ -171,42 +225,29 @@ def allreduce_group_async(
     where = place(process_set)
     with refused_together("allreduce", process_set=where.id):
         check_op(op)
-        selector.check_algorithm(algorithm)
+        check_algorithm(algorithm, "allreduce")
         names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
         threshold = fusion_threshold_bytes(fusion_threshold)
         wires = {name: wire_dtype(name, compression) for name in names}
         for wire in wires.values():
             _core.check_algorithm("allreduce", algorithm, wire, op)
         prescale, postscale = float(prescale), float(postscale)
-    if where.id == 0:
-        _ensure_auto_table(algorithm)
+    if algorithm == "auto" and where.id == 0:
+        # Queued work cannot call into Python: the model's parameters first (collective; a
+        # process set's were installed when it was added).
+        calibration.ensure_installed()
     # One fused stream per dtype, in order of first appearance: deterministic on every rank.
     by_dtype: dict[str, list[np.ndarray]] = {}
     for name, array in zip(names, arrays):
         by_dtype.setdefault(name, []).append(array)
     handles = [
         _core.allreduce_group_async(
-            group, name, wires[name], op,
-            _set_algorithm(algorithm, group, wires[name], op, threshold, where.size, where.id)
-            if where.id else algorithm,
-            prescale, postscale, threshold, selector.pack_below(wires[name], where.size),
-            where.id,
+            group, name, wires[name], op, algorithm, prescale, postscale, threshold,
+            process_set=where.id,
         )
         for name, group in by_dtype.items()
     ]
     return Handle(handles, lambda: result)
-
-
-def _set_algorithm(algorithm: str, arrays: list[np.ndarray], wire: str, op: str,
-                   threshold: int, ranks: int, process_set: int) -> str:
-    """``algorithm`` for a process set's grouped allreduce, "auto" resolved here: the decision
-    table in the core is for ringlet's whole communicator, and cannot be rebuilt by a set's
-    members alone. The choice is the model's for a fusion buffer's size at the set's size."""
-    if algorithm != "auto":
-        return algorithm
-    wire_bytes = sum(a.size for a in arrays) * ELEMENT_BYTES[wire]
-    return selector.choose_in_set(min(wire_bytes, max(threshold, 1)), ranks, wire, op,
-                                  process_set)
 
 
 def average_gradients(
@@ -271,9 +312,9 @@ def join(process_set: ProcessSet | None = None) -> int:
     """
     register_thread()
     where = place(process_set)
-    # The others' first "auto" call builds the decision table, collectively (calibration
-    # included): build it here too, at the same point in the sequence of calls.
+    # The others' first "auto" call installs the model's parameters, collectively (calibration
+    # included): install them here too, at the same point in the sequence of calls.
     if where.id == 0:
-        _ensure_auto_table("auto")
+        calibration.ensure_installed()
     last = _core.join(where.id)
     return last if where.ranks is None else where.ranks[last]

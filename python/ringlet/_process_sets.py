@@ -7,7 +7,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from . import _core, selector
+from . import _core, calibration
 from ._collectives import allgather_object
 from ._core import MismatchError
 from ._membership import ProcessSet
@@ -54,7 +54,7 @@ def add_process_set(ranks: Iterable[int]) -> ProcessSet:
         raise MismatchError("ranks disagree on the process set to add: " + ", ".join(
             f"rank {r} passed {list(c)}" for r, c in enumerate(everyone)))
     # Install the model's parameters now, while every rank is here: a set's "auto" uses them.
-    selector.choose(8, size(), "float32", "sum")
+    calibration.ensure_installed()
     assert not isinstance(chosen, str)
     return ProcessSet(_core.add_process_set(list(chosen)), chosen)
 

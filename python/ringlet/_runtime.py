@@ -8,11 +8,10 @@ import sys
 import threading
 import warnings
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _core, _mpi_abi
+from . import _core, _mpi_abi, calibration
 
 _finalizer_registered = False
 _user_comm: Any = None
@@ -120,18 +119,9 @@ def init(comm: Any = None) -> None:
     _check_mpi4py_library()
     _warn_without_shared_memory()
     _abort_on_uncaught_exceptions()
-    for hook in _after_init:
-        hook()
-
-
-_after_init: list[Callable[[], None]] = []
-
-
-def call_after_init(hook: Callable[[], None]) -> None:
-    """Run ``hook`` (collective, the same on every rank) each time ``init`` has set up ringlet's
-    communicator: the layers above this one (the selector's pieces between nodes) set
-    themselves up without this module importing them."""
-    _after_init.append(hook)
+    # Collective, the same on every rank: between nodes, whole messages or pieces, before any
+    # call sends one.
+    calibration.choose_message_pieces()
 
 
 _warned_about_shared_memory = False
@@ -249,9 +239,10 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
     also discards the ``auto`` decision table (it is rebuilt at the next ``auto`` call).
     """
     init()
+    calibrated = across_message_bytes == "auto"
+    across = None if calibrated else across_message_bytes
     limits = (("segment_bytes", segment_bytes), ("max_message_bytes", max_message_bytes),
-              ("across_message_bytes", None if across_message_bytes == "auto"
-               else across_message_bytes))
+              ("across_message_bytes", across))
     for name, value in limits:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 1 <= value <= 2**31 - 1):
@@ -259,8 +250,8 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
             raise ValueError(f"{name} must be an int from 1 to 2**31 - 1{accepted}, got {value!r}")
     if node_major_rings is not None and not isinstance(node_major_rings, bool):
         raise ValueError(f"node_major_rings must be True or False, got {node_major_rings!r}")
-    return _core.settings(segment_bytes, max_message_bytes, node_major_rings,
-                          across_message_bytes)
+    return _core.settings(segment_bytes, max_message_bytes, node_major_rings, across,
+                          across_message_bytes_auto=calibrated)
 
 
 def stats() -> dict[str, dict[str, float]]:

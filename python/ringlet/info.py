@@ -37,7 +37,7 @@ def frameworks() -> dict[str, str | None]:
 def gather(initialize: bool = True) -> dict[str, Any]:
     """Everything ``python -m ringlet.info`` prints, as a dict."""
     import ringlet
-    from ringlet import _core, _mpi_abi, selector
+    from ringlet import _core, _mpi_abi, calibration
 
     library = _mpi_abi.describe()
     library["version"], library["built_with"] = _core.mpi_library()
@@ -48,7 +48,7 @@ def gather(initialize: bool = True) -> dict[str, Any]:
         "launcher": library.pop("launcher"),
         "simd": _core.kernel_level(),
         "frameworks": frameworks(),
-        "calibration_cache": str(selector.cache_dir()),
+        "calibration_cache": str(calibration.cache_dir()),
     }
     if initialize:
         ringlet.init()

@@ -405,11 +405,11 @@ def explain(view: ipyparallel.DirectView, x_or_nbytes: Any, op: str = "sum",
 
 
 def _calibrate_on_engine() -> dict[str, Any]:
-    import dataclasses
-
     import ringlet
 
-    return dataclasses.asdict(ringlet.calibrate())
+    calibration = ringlet.calibrate()
+    return {**calibration.model(), "calibration_seconds": calibration.calibration_seconds,
+            "source": calibration.source}
 
 
 def _wait(result: Any, description: str, expected_seconds: float, progress: bool) -> None:
@@ -436,7 +436,7 @@ def calibrate(view: ipyparallel.DirectView, progress: bool = True) -> Table:
     import ringlet
 
     result = view.apply_async(_calibrate_on_engine)
-    _wait(result, "calibrating", ringlet.selector.CALIBRATION_BUDGET, progress)
+    _wait(result, "calibrating", ringlet.calibration.CALIBRATION_BUDGET, progress)
     ipp = _ipyparallel()
     try:
         parameters = result.get()[0]

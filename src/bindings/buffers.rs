@@ -1,7 +1,7 @@
 //! NumPy arrays as the core's byte buffers: zero-copy views of their memory, their shapes, the
 //! dtypes the fast path knows, and arrays made from buffers the core filled.
 
-use crate::dtype::DType;
+use crate::runtime::DType;
 use numpy::npyffi::flags::{NPY_ARRAY_ALIGNED, NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WRITEABLE};
 use numpy::PyUntypedArrayMethods;
 use numpy::{IntoPyArray, PyArray1, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray};

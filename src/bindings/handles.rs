@@ -3,13 +3,11 @@
 
 use super::buffers::{bytes_array, contiguous, element_type, readable_bytes};
 use super::errors::detached;
-use crate::dtype::{DType, ReduceOp};
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
 use crate::runtime::process::{caller_thread, SetId};
-use crate::runtime::{allgather, reduce_scatter};
-use crate::worker::{Completion, Queued};
+use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -147,11 +145,12 @@ pub fn reduce_scatter_async(
 
 /// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most
 /// `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`; a run of arrays
-/// averaging fewer than `pack_below` bytes is packed into one buffer.
+/// averaging fewer than `pack_below` bytes is packed into one buffer (None: where the cost
+/// model says packing pays).
 #[pyfunction]
 #[pyo3(signature = (
-    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes, pack_below=0,
-    process_set = 0
+    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes,
+    pack_below=None, process_set = 0
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group_async(
@@ -163,7 +162,7 @@ pub fn allreduce_group_async(
     prescale: f64,
     postscale: f64,
     fusion_bytes: usize,
-    pack_below: usize,
+    pack_below: Option<usize>,
     process_set: SetId,
 ) -> PyResult<Handle> {
     let mut buffers = Vec::with_capacity(arrays.len());

@@ -5,14 +5,12 @@ mod buffers;
 mod errors;
 mod handles;
 
-use crate::auto;
-use crate::dtype::{DType, ReduceOp};
-use crate::runtime;
 use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
 use crate::runtime::reduce::Data;
-use crate::runtime::Tiered;
-use crate::simulate::network::{Link, Network};
+use crate::runtime::selection::{self, Basis};
+use crate::runtime::simulate::network::{Link, Network};
+use crate::runtime::{self, DType, ReduceOp, Tiered};
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -97,40 +95,34 @@ fn mpi_library(py: Python<'_>) -> PyResult<(String, String)> {
     Ok((running, runtime::mpi_library::built_with()))
 }
 
-/// The communicator's settings; the keyword arguments change them first.
-/// `across_message_bytes` is a number of bytes or "auto" (calibration's choice, which
-/// `calibrated_across_bytes` installs).
+/// The communicator's settings; the keyword arguments change them first (the Python layer has
+/// checked their types). `across_message_bytes_auto`: back to calibration's choice between
+/// nodes.
 #[pyfunction]
 #[pyo3(signature = (
     segment_bytes=None,
     max_message_bytes=None,
     node_major_rings=None,
     across_message_bytes=None,
-    calibrated_across_bytes=None,
+    across_message_bytes_auto=false,
 ))]
 fn settings<'py>(
     py: Python<'py>,
     segment_bytes: Option<usize>,
     max_message_bytes: Option<usize>,
     node_major_rings: Option<bool>,
-    across_message_bytes: Option<Bound<'py, PyAny>>,
-    calibrated_across_bytes: Option<usize>,
+    across_message_bytes: Option<usize>,
+    across_message_bytes_auto: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     // Some(None): back to calibration's choice; Some(Some(n)): the user's limit.
-    let across: Option<Option<usize>> = match across_message_bytes {
-        None => None,
-        Some(value) if value.extract::<&str>().is_ok_and(|v| v == "auto") => Some(None),
-        Some(value) => Some(Some(value.extract::<usize>().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(format!(
-                "across_message_bytes must be a positive int or \"auto\", got {value}"
-            ))
-        })?)),
+    let across = match (across_message_bytes, across_message_bytes_auto) {
+        (_, true) => Some(None),
+        (limit, false) => limit.map(Some),
     };
     let unchanged = segment_bytes.is_none()
         && max_message_bytes.is_none()
         && node_major_rings.is_none()
-        && across.is_none()
-        && calibrated_across_bytes.is_none();
+        && across.is_none();
     let settings = detached(py, || {
         if unchanged {
             // A read need not wait for the queued collectives.
@@ -141,10 +133,15 @@ fn settings<'py>(
             s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);
             s.tuning.node_major = node_major_rings.unwrap_or(s.tuning.node_major);
             s.across_message_bytes = across.unwrap_or(s.across_message_bytes);
-            s.calibrated_across_bytes =
-                calibrated_across_bytes.unwrap_or(s.calibrated_across_bytes);
         })
     })?;
+    settings_dict(py, &settings)
+}
+
+fn settings_dict<'py>(
+    py: Python<'py>,
+    settings: &runtime::Settings,
+) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("segment_bytes", settings.tuning.segment_bytes)?;
     dict.set_item("max_message_bytes", settings.max_message_bytes)?;
@@ -155,6 +152,16 @@ fn settings<'py>(
     )?;
     dict.set_item("node_major_rings", settings.tuning.node_major)?;
     Ok(dict)
+}
+
+/// Put calibration's message limit between nodes in force (where the user set none); every
+/// rank alike, as it is part of every call's check. Returns the settings.
+#[pyfunction]
+fn use_calibrated_message_limit(py: Python<'_>, limit: usize) -> PyResult<Bound<'_, PyDict>> {
+    let settings = detached(py, || {
+        runtime::update_settings(|s| s.calibrated_across_bytes = limit)
+    })?;
+    settings_dict(py, &settings)
 }
 
 /// How a thread waiting for MPI polls: spin for `spin_us`, then sleep between polls, each
@@ -173,8 +180,8 @@ fn wait_policy(spin_us: Option<u64>, max_sleep_us: Option<u64>) -> (u64, u64) {
 }
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
-/// `out` None or `x` itself (C-contiguous, aligned, writeable), ringlet initialized, and for
-/// "auto" a decision table installed. Returns the result, or None to let the Python layer take
+/// `out` None, `x` itself (C-contiguous, aligned, writeable) or a copy made here, ringlet
+/// initialized, and for "auto" the cost model installed. Returns the result, or None to let the Python layer take
 /// the call (it validates everything and explains what is wrong).
 #[pyfunction]
 fn allreduce_fast<'py>(
@@ -200,12 +207,7 @@ fn allreduce_fast<'py>(
         Some(out) if out.is(x) => true,
         Some(_) => return Ok(None),
     };
-    let nbytes = array.len() * dtype.size();
-    let ready = match algorithm {
-        "auto" => auto::choose(dtype, op, nbytes).is_some(),
-        name => runtime::allreduce::can_reduce(name, dtype, op),
-    };
-    if !ready || !process::is_initialized() {
+    if !runtime::allreduce::ready(algorithm, dtype, op) || !process::is_initialized() {
         return Ok(None);
     }
     let target = if in_place {
@@ -433,7 +435,7 @@ fn simulate(
         half_duplex,
     };
     let outcome = detached(py, || {
-        crate::simulate::simulate_placed(
+        runtime::simulate::simulate_placed(
             collective, algorithm, &labels, nbytes, node_major, &network,
         )
     })?;
@@ -456,34 +458,7 @@ type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64, Vec<(u64, u64)>
 /// run outside MPI or shared memory, and say so when simulated).
 #[pyfunction]
 fn simulated_algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
-    Ok(crate::simulate::algorithms(collective)?)
-}
-
-/// Install the cost model's parameters that `auto` uses in the collectives that choose in the
-/// core: alpha and beta inside a node and across nodes, gamma by default and per dtype.
-#[pyfunction]
-#[pyo3(signature = (alpha, beta, alpha_across, beta_across, gamma, gamma_of))]
-fn set_model(
-    alpha: f64,
-    beta: f64,
-    alpha_across: f64,
-    beta_across: f64,
-    gamma: f64,
-    gamma_of: Vec<(String, f64)>,
-) -> PyResult<()> {
-    let mut per_dtype = Vec::with_capacity(gamma_of.len());
-    for (name, g) in gamma_of {
-        per_dtype.push((DType::from_name(&name)?, g));
-    }
-    let model = auto::Model {
-        alpha,
-        beta,
-        alpha_across,
-        beta_across,
-        gamma,
-        gamma_of: per_dtype,
-    };
-    Ok(auto::set_model(model)?)
+    Ok(runtime::simulate::algorithms(collective)?)
 }
 
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
@@ -494,48 +469,124 @@ fn refuse(py: Python<'_>, collective: &str, reason: String, process_set: SetId) 
     detached(py, || runtime::refuse(collective, reason, process_set))
 }
 
-/// Install the "auto" decision table: (dtype, op, largest bytes, algorithm, alternative or "")
-/// ranges.
+/// Install calibration's parameters (its JSON) for every `auto` decision; every rank the same.
 #[pyfunction]
-fn set_auto_table(entries: Vec<(String, String, u64, String, String)>) -> PyResult<()> {
-    Ok(auto::install(&entries)?)
+fn install_parameters(json: &str) -> PyResult<()> {
+    Ok(selection::install_parameters(json)?)
 }
 
-/// (dtype, op, range index, algorithm now, calls, tries, switches).
-type RefinementRow = (
-    &'static str,
-    &'static str,
-    usize,
-    &'static str,
-    u64,
-    u64,
-    u64,
-);
+/// The installed parameters' JSON, or None before calibration installs them.
+#[pyfunction]
+fn installed_parameters() -> Option<String> {
+    selection::installed_parameters()
+}
+
+/// The built-in parameters' JSON.
+#[pyfunction]
+fn default_parameters() -> String {
+    selection::default_parameters()
+}
+
+/// `json` checked (`ValueError` naming what is wrong) and completed with the built-in values.
+#[pyfunction]
+fn check_parameters(json: &str) -> PyResult<String> {
+    Ok(selection::check_parameters(json)?)
+}
+
+/// The limits calibration times for messages between nodes, the one kept unless another wins
+/// first.
+#[pyfunction]
+fn message_limit_options() -> Vec<usize> {
+    selection::message_limit_options()
+}
+
+/// Of `timed` (limit, seconds), the limit to keep.
+#[pyfunction]
+fn choose_message_limit(timed: Vec<(usize, f64)>) -> PyResult<usize> {
+    selection::choose_message_limit(&timed)
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no limit was timed"))
+}
+
+/// (algorithm, model seconds, measured/model, predicted seconds, simulated seconds or None).
+type CandidateRow = (&'static str, f64, f64, f64, Option<f64>);
+
+/// An allreduce of `nbytes` of `dtype` under `op` on `process_set`: (what `auto` runs, what
+/// that rests on: "one rank" | "table" | "environment" | "model", each candidate's row).
+/// `parameters`: JSON to price with instead of the installed ones; `nodes`: a placement (a
+/// node label per rank) to price on instead of the communicator's. Local.
+#[pyfunction]
+#[pyo3(signature = (
+    nbytes, dtype, op, parameters=None, nodes=None, process_set=0, simulate_up_to=0
+))]
+#[allow(clippy::too_many_arguments)]
+fn explain(
+    py: Python<'_>,
+    nbytes: usize,
+    dtype: &str,
+    op: &str,
+    parameters: Option<&str>,
+    nodes: Option<Vec<usize>>,
+    process_set: SetId,
+    simulate_up_to: usize,
+) -> PyResult<(&'static str, &'static str, Vec<CandidateRow>)> {
+    let question = selection::Question {
+        nbytes,
+        dtype: DType::from_name(dtype)?,
+        op: ReduceOp::from_name(op)?,
+        parameters,
+        nodes: nodes.as_deref(),
+        simulate_up_to,
+    };
+    let explained = detached(py, || selection::explain(process_set, question))?;
+    let basis = match explained.basis {
+        Basis::OneRank => "one rank",
+        Basis::Table { overridden: false } => "table",
+        Basis::Table { overridden: true } => "environment",
+        Basis::Model => "model",
+    };
+    let rows = explained
+        .candidates
+        .iter()
+        .map(|c| {
+            let p = c.prediction;
+            (c.name, p.model, p.correction, p.seconds, c.simulated)
+        })
+        .collect();
+    Ok((explained.choice, basis, rows))
+}
 
 /// What `auto` learned online on `process_set`: per range it has played, (dtype, op, range
-/// index, algorithm it runs now, calls, tries of the alternative, switches).
+/// index, its largest message, algorithm it runs now, calls, tries of the runner-up, switches).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
 fn auto_refinements(process_set: SetId) -> PyResult<Vec<RefinementRow>> {
     Ok(runtime::refinements(process_set)?
         .into_iter()
-        .map(|(d, o, index, now, calls, tries, switches)| {
-            (d.name(), o.name(), index, now, calls, tries, switches)
+        .map(|(d, o, index, upper, now, calls, tries, switches)| {
+            (
+                d.name(),
+                o.name(),
+                index,
+                upper,
+                now,
+                calls,
+                tries,
+                switches,
+            )
         })
         .collect())
 }
 
-#[pyfunction]
-fn clear_auto_table() {
-    auto::clear();
-}
-
-/// What the installed table picks for `nbytes` of `dtype` under `op`, or None without a table.
-#[pyfunction]
-fn auto_choice(dtype: &str, op: &str, nbytes: usize) -> PyResult<Option<&'static str>> {
-    let (dtype, op) = (DType::from_name(dtype)?, ReduceOp::from_name(op)?);
-    Ok(auto::choose(dtype, op, nbytes).map(|s| s.name()))
-}
+type RefinementRow = (
+    &'static str,
+    &'static str,
+    usize,
+    u64,
+    &'static str,
+    u64,
+    u64,
+    u64,
+);
 
 /// The registered algorithms of `collective`, in order.
 #[pyfunction]
@@ -640,7 +691,7 @@ fn kernel_level() -> &'static str {
 /// Per algorithm: (calls, bytes, seconds) of this process's allreduces since the last reset.
 #[pyfunction]
 fn stats() -> Vec<(&'static str, u64, u64, f64)> {
-    crate::stats::snapshot()
+    runtime::stats::snapshot()
         .into_iter()
         .map(|(name, u)| (name, u.calls, u.bytes, u.seconds))
         .collect()
@@ -648,12 +699,12 @@ fn stats() -> Vec<(&'static str, u64, u64, f64)> {
 
 #[pyfunction]
 fn reset_stats() {
-    crate::stats::reset();
+    runtime::stats::reset();
 }
 
 #[pyfunction]
 fn set_stats_enabled(enabled: bool) {
-    crate::stats::set_enabled(enabled);
+    runtime::stats::set_enabled(enabled);
 }
 
 /// Key this thread's collectives by `key` (a hash of the Python thread's name) in the
@@ -671,12 +722,14 @@ fn abort(code: i32) {
 }
 
 /// Tests only: a real panic inside the core, on this thread or the background thread.
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 fn _test_panic(py: Python<'_>, in_background: bool) -> PyResult<()> {
     detached(py, || runtime::testing::panic(in_background))
 }
 
 /// Tests only: rank 0 sends `sent` bytes to rank 1, which expects `expected`.
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 fn _test_wrong_length_message(py: Python<'_>, sent: usize, expected: usize) -> PyResult<()> {
     detached(py, || {
@@ -748,13 +801,18 @@ mod _core {
     };
     #[pymodule_export]
     use super::{
-        _test_panic, _test_wrong_length_message, abort, add_process_set, algorithm_cost,
-        algorithm_support, algorithm_unavailable, algorithms, allgather, allreduce, allreduce_fast,
-        alltoall, auto_choice, auto_refinements, barrier, broadcast, check_algorithm,
-        clear_auto_table, dtypes, finalize, group, init, is_initialized, join, kernel_level,
-        measure_combine, measure_sendrecv, mpi_library, nodes, ops, process_sets, reduce,
-        reduce_scatter, refuse, remove_process_set, reset_stats, set_auto_table, set_model,
-        set_stats_enabled, set_thread_key, settings, shared_empty, shared_memory, shutdown,
-        simulate, simulated_algorithms, stats, wait_policy, SharedBuffer,
+        abort, add_process_set, algorithm_cost, algorithm_support, algorithm_unavailable,
+        algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_refinements, barrier,
+        broadcast, check_algorithm, check_parameters, choose_message_limit, default_parameters,
+        dtypes, explain, finalize, group, init, install_parameters, installed_parameters,
+        is_initialized, join, kernel_level, measure_combine, measure_sendrecv,
+        message_limit_options, mpi_library, nodes, ops, process_sets, reduce, reduce_scatter,
+        refuse, remove_process_set, reset_stats, set_stats_enabled, set_thread_key, settings,
+        shared_empty, shared_memory, shutdown, simulate, simulated_algorithms, stats,
+        use_calibrated_message_limit, wait_policy, SharedBuffer,
     };
+    // Hooks that make the core fail on purpose, for the failure tests; not in a release.
+    #[cfg(feature = "test-hooks")]
+    #[pymodule_export]
+    use super::{_test_panic, _test_wrong_length_message};
 }

@@ -104,8 +104,8 @@ pub(super) struct Chosen {
     pub pick: Option<Pick>,
 }
 
-/// The schedule `algorithm` names on `comm` ("auto": the decision table's choice for
-/// `nbytes`, as the communicator's refiner plays it), if it can reduce `dtype` with `op` there.
+/// The schedule `algorithm` names on `comm` ("auto": the communicator's decision table's
+/// choice for `nbytes`, as its refiner plays it), if it can reduce `dtype` with `op` there.
 pub(super) fn choose_on(
     comm: &Communicator,
     algorithm: &str,
@@ -114,40 +114,25 @@ pub(super) fn choose_on(
     nbytes: usize,
 ) -> Result<Chosen> {
     let transport = comm.transport();
-    // On one rank every schedule returns at once: nothing to learn.
+    // On one rank every schedule returns at once: nothing to choose or learn.
     if algorithm != "auto" || comm.size() <= 1 {
-        let schedule = choose(algorithm, dtype, op, nbytes, transport)?;
+        let name = if algorithm == "auto" {
+            auto::FALLBACK
+        } else {
+            algorithm
+        };
+        let schedule = named(name, dtype, op, transport)?;
         return Ok(Chosen {
             schedule,
             pick: None,
         });
     }
-    let mut pick = comm
-        .refiner()
-        .pick(dtype, op, nbytes)
-        .ok_or_else(no_table)?;
-    if pick.exploring && pick.schedule.unavailable(transport).is_some() {
-        pick = pick.without_try(); // the table is the world's: its alternative may not run here
-    }
-    if pick.schedule.unavailable(transport).is_some() {
-        // The table is the world's; a process set without shared memory takes the ring.
-        let schedule = choose("ring", dtype, op, nbytes, transport)?;
-        return Ok(Chosen {
-            schedule,
-            pick: None,
-        });
-    }
-    schedules::check_support(ALLREDUCE, pick.schedule, dtype, op)?;
+    let tuning = comm.settings().tuning;
+    let pick = comm.refiner().pick(dtype, op, nbytes, transport, &tuning)?;
     Ok(Chosen {
         schedule: pick.schedule,
         pick: Some(pick),
     })
-}
-
-fn no_table() -> CoreError {
-    CoreError::InvalidArgument(
-        "internal: \"auto\" has no decision table yet (ringlet.selector builds it)".into(),
-    )
 }
 
 /// Count an `auto` call that ran, and tell the refiner how long it took; when it was a try of the
@@ -182,25 +167,14 @@ pub(super) fn refine(
     Ok(())
 }
 
-/// The schedule `algorithm` names ("auto": the decision table's choice for `nbytes`), if it
-/// can reduce `dtype` with `op` on `transport`.
-pub fn choose(
-    algorithm: &str,
+/// The registered schedule `name`, if it can reduce `dtype` with `op` on `transport`.
+fn named(
+    name: &str,
     dtype: DType,
     op: ReduceOp,
-    nbytes: usize,
     transport: &dyn Transport,
 ) -> Result<&'static dyn Allreduce> {
-    let schedule = if algorithm == "auto" {
-        let chosen = auto::choose(dtype, op, nbytes).ok_or_else(no_table)?;
-        // The table is the world's; a process set without shared memory takes the ring instead.
-        match chosen.unavailable(transport) {
-            None => chosen,
-            Some(_) => schedules::find(ALLREDUCE, "ring")?,
-        }
-    } else {
-        schedules::find(ALLREDUCE, algorithm)?
-    };
+    let schedule = schedules::find(ALLREDUCE, name)?;
     schedules::check_support(ALLREDUCE, schedule, dtype, op)?;
     if let Some(why) = schedule.unavailable(transport) {
         return Err(CoreError::InvalidArgument(format!(
@@ -209,6 +183,16 @@ pub fn choose(
         )));
     }
     Ok(schedule)
+}
+
+/// Whether a call of `algorithm` on `dtype` with `op` can go straight to the core: a registered
+/// algorithm that reduces them, or "auto" once the cost model is installed (before that the
+/// Python layer runs or loads the calibration first).
+pub fn ready(algorithm: &str, dtype: DType, op: ReduceOp) -> bool {
+    match algorithm {
+        "auto" => auto::model::installed().is_some(),
+        name => can_reduce(name, dtype, op),
+    }
 }
 
 /// Whether `name` is a registered algorithm that can reduce `dtype` with `op` (wherever it

@@ -48,8 +48,9 @@ pub struct Group {
     /// Largest fusion run, in wire bytes; 0 reduces every array on its own.
     pub fusion_bytes: usize,
     /// Pack a run of several arrays into one buffer when its arrays average fewer bytes than
-    /// this (0: never; compressed runs always pack).
-    pub pack_below: usize,
+    /// this (0: never; compressed runs always pack); `None`: where the cost model says packing
+    /// pays ([`crate::auto::Parameters::pack_below`]).
+    pub pack_below: Option<usize>,
     /// Each array's shape.
     pub shapes: Vec<Vec<usize>>,
     /// The submitting thread (see [`Call::thread`]).
@@ -173,6 +174,9 @@ pub fn allreduce_group_on(
         group.op
     };
     let runs = fusion_runs(&wire_lengths, group.fusion_bytes);
+    let pack_below = group
+        .pack_below
+        .unwrap_or_else(|| crate::auto::model::current().pack_below(wire, comm.size()));
     let tuning = comm.settings().tuning;
     let factors = Factors {
         pre: group.prescale,
@@ -194,9 +198,7 @@ pub fn allreduce_group_on(
         // A schedule that copies the vector in anyway gathers the arrays as it does: packing
         // first would only add a copy.
         let packs = compressed
-            || (run.len() > 1
-                && wire_bytes / run.len() < group.pack_below
-                && !schedule.packs_itself());
+            || (run.len() > 1 && wire_bytes / run.len() < pack_below && !schedule.packs_itself());
         // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
         // wire only sums, and unpacking widens, divides and scales in one pass.
         let wire_factors = if compressed { Factors::NONE } else { factors };

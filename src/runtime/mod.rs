@@ -24,10 +24,16 @@ pub mod mpi_library;
 pub mod process;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod selection;
 pub mod shared;
 pub mod stall;
 
-use crate::dtype::{names, DType, ReduceOp};
+// What the bindings need from below the runtime, named here so that they reach nothing else.
+pub use crate::dtype::{DType, ReduceOp};
+pub use crate::worker::{Completion, Queued};
+pub use crate::{simulate, stats};
+
+use crate::dtype::names;
 use crate::error::{CoreError, Result};
 use crate::kernels::Level;
 use crate::schedules::{self, Algorithm, Support, Tuning};
@@ -35,7 +41,8 @@ pub use crate::schedules::{Cost, Tiered};
 use crate::transport::Nodes;
 use crate::{probe, worker};
 use call::{Call, Kind};
-use communicator::{Communicator, Settings};
+use communicator::Communicator;
+pub use communicator::Settings;
 pub use probe::Tier;
 use process::{SetId, WORLD};
 
@@ -49,8 +56,8 @@ fn pick<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'
 }
 
 /// The algorithm `name` names in `registry`, or for "auto" the one the cost model prices
-/// lowest for `bytes` on `comm`'s ranks ([`crate::auto::cheapest`]; the same on every rank).
-/// `reducing`: the dtype and op it combines, if it combines.
+/// lowest for `bytes` on `comm`'s ranks ([`crate::auto::choose_cheapest`]; the same on every
+/// rank). `reducing`: the dtype and op it combines, if it combines.
 fn choose<T: Algorithm + ?Sized>(
     registry: &[&'static T],
     name: &str,
@@ -62,16 +69,24 @@ fn choose<T: Algorithm + ?Sized>(
         return schedules::find(registry, name);
     }
     let tuning = comm.settings().tuning;
-    crate::auto::cheapest(registry, comm.transport(), &tuning, bytes, reducing).ok_or_else(|| {
-        CoreError::InvalidArgument(match reducing {
-            Some((dtype, op)) => format!(
-                "no algorithm can combine {} with {:?} here",
-                dtype.name(),
-                op.name()
-            ),
-            None => "no algorithm can run here".into(),
-        })
-    })
+    let parameters = crate::auto::model::current();
+    let pricing = crate::auto::Pricing {
+        parameters: &parameters,
+        tuning: &tuning,
+        corrected: false,
+    };
+    crate::auto::choose_cheapest(registry, comm.transport(), pricing, bytes, reducing).ok_or_else(
+        || {
+            CoreError::InvalidArgument(match reducing {
+                Some((dtype, op)) => format!(
+                    "no algorithm can combine {} with {:?} here",
+                    dtype.name(),
+                    op.name()
+                ),
+                None => "no algorithm can run here".into(),
+            })
+        },
+    )
 }
 
 /// Wait until every rank has called it (after any queued work).
@@ -211,8 +226,7 @@ pub fn refinements(set: SetId) -> Result<Vec<Refinement>> {
     process::with_communicator(set, |comm| Ok(comm.refiner().report()))
 }
 
-/// (dtype, op, range index, algorithm now, calls, tries, switches).
-pub type Refinement = (DType, ReduceOp, usize, &'static str, u64, u64, u64);
+pub use crate::auto::Refinement;
 
 /// Each rank's node in process set `set` (numbered by their lowest rank), as the MPI library
 /// groups them.
@@ -240,6 +254,7 @@ pub fn kernel_level() -> &'static str {
 }
 
 /// Hooks for tests of the failure paths that correct code never takes.
+#[cfg(feature = "test-hooks")]
 pub mod testing {
     use super::{process, worker};
     use crate::error::{CoreError, Result};

@@ -377,9 +377,9 @@ class Horovod:
             )
         first_init = not ringlet.is_initialized()
         ringlet.init(comm)
-        # Build auto's decision table now, while every rank is here: later, the first "auto"
-        # call would build it, collectively, and a rank that has joined could not take part.
-        ringlet.selector.choose(8, ringlet.size(), "float32", "sum")
+        # Install auto's model now, while every rank is here: later, the first "auto" call
+        # would, collectively, and a rank that has joined could not take part.
+        ringlet.selector.prepare()
         if first_init:
             for stale in _added.values():
                 stale._invalidate()
