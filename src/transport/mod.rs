@@ -27,6 +27,7 @@
 
 pub mod local;
 pub mod mpi;
+pub mod mpi_call;
 pub mod mpi_shm;
 pub mod nodes;
 pub mod shm;
