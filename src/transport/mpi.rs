@@ -14,14 +14,14 @@ use super::nodes::Nodes;
 use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
-    message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
+    message_pieces, wrong_length, Destination, LibraryCollectives, MessageLimits, Pending, Request,
+    Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
 use mpi::ffi;
 use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
 use smallvec::SmallVec;
-use std::any::Any;
 use std::ffi::c_int;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -510,8 +510,8 @@ impl Transport for MpiTransport {
         abort(code)
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn library_collectives(&self) -> Option<&dyn LibraryCollectives> {
+        Some(self)
     }
 
     fn progress(&self) {
