@@ -6,10 +6,7 @@ use super::{halving_doubling::HalvingDoubling, recursive_doubling::RecursiveDoub
 use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::transport::mpi::{check, in_place, MpiTransport};
-use crate::transport::{message_pieces, Transport};
-use mpi::ffi;
-use std::ffi::c_int;
+use crate::transport::{LibraryCollectives, LibraryElement, LibraryOp, Transport};
 
 pub struct Mpi;
 
@@ -34,6 +31,10 @@ impl Algorithm for Mpi {
             HalvingDoubling.cost(ranks, bytes, tuning)
         }
     }
+
+    fn unavailable(&self, transport: &dyn Transport) -> Option<String> {
+        library(transport, self.name()).err().map(|e| e.to_string())
+    }
 }
 
 impl Allreduce for Mpi {
@@ -44,33 +45,11 @@ impl Allreduce for Mpi {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let mpi = library(transport, self.name())?;
-        let (datatype, mpi_op) = handles(reduction.dtype, reduction.op, self.name())?;
-        let dtype = reduction.dtype;
-        let comm = mpi.raw()?;
-        let elem = dtype.size();
+        let library = library(transport, self.name())?;
+        let (element, op) = library_reduction(reduction.dtype, reduction.op, self.name())?;
         // One MPI_Allreduce per part: MPI's own algorithm cannot span separate buffers.
         for part in buf.parts_mut() {
-            if part.is_empty() {
-                // Nothing to reduce; an empty slice's dangling pointer can equal MPI_IN_PLACE.
-                continue;
-            }
-            for piece in message_pieces(part.len(), mpi.message_limits().any, elem) {
-                let count = (piece.len() / elem) as c_int;
-                // SAFETY: in-place allreduce on `count` elements inside `part`, which is live
-                // and exclusively borrowed for the call.
-                let code = unsafe {
-                    ffi::MPI_Allreduce(
-                        in_place(),
-                        part[piece].as_mut_ptr().cast(),
-                        count,
-                        datatype,
-                        mpi_op,
-                        comm,
-                    )
-                };
-                check(code, "MPI_Allreduce")?;
-            }
+            library.allreduce(part, element, op)?;
         }
         Ok(())
     }
@@ -87,44 +66,76 @@ pub(super) fn support(dtype: DType, op: ReduceOp) -> Support {
     }
 }
 
-/// The MPI transport under `transport`, for algorithm `name`, which calls the library.
-pub(super) fn library<'t>(transport: &'t dyn Transport, name: &str) -> Result<&'t MpiTransport> {
-    transport
-        .as_any()
-        .downcast_ref::<MpiTransport>()
-        .ok_or_else(|| {
-            CoreError::InvalidArgument(format!(
-                "algorithm {name:?} needs an MPI communicator, not this transport"
-            ))
-        })
+/// The MPI library's collectives on `transport`, for algorithm `name`, which calls them.
+pub(super) fn library<'t>(
+    transport: &'t dyn Transport,
+    name: &str,
+) -> Result<&'t dyn LibraryCollectives> {
+    transport.library_collectives().ok_or_else(|| {
+        CoreError::InvalidArgument(format!(
+            "algorithm {name:?} needs an MPI communicator, not this transport"
+        ))
+    })
 }
 
-/// MPI's datatype and op for `dtype` and `op` (avg sums; the caller divides).
-pub(super) fn handles(
+/// The library's element type and op for `dtype` and `op` (avg sums; the caller divides).
+pub(super) fn library_reduction(
     dtype: DType,
     op: ReduceOp,
     name: &str,
-) -> Result<(ffi::MPI_Datatype, ffi::MPI_Op)> {
-    // SAFETY: reading MPI's predefined handles, which are constants after initialization.
-    unsafe {
-        let datatype = match dtype {
-            DType::F32 => ffi::RSMPI_FLOAT,
-            DType::F64 => ffi::RSMPI_DOUBLE,
-            DType::I32 => ffi::RSMPI_INT32_T,
-            DType::I64 => ffi::RSMPI_INT64_T,
-            DType::F16 | DType::BF16 => {
-                return Err(CoreError::InvalidArgument(format!(
-                    "algorithm {name:?} cannot reduce {}",
-                    dtype.name()
-                )))
+) -> Result<(LibraryElement, LibraryOp)> {
+    let element = match dtype {
+        DType::F32 => LibraryElement::F32,
+        DType::F64 => LibraryElement::F64,
+        DType::I32 => LibraryElement::I32,
+        DType::I64 => LibraryElement::I64,
+        DType::F16 | DType::BF16 => {
+            return Err(CoreError::InvalidArgument(format!(
+                "algorithm {name:?} cannot reduce {}",
+                dtype.name()
+            )))
+        }
+    };
+    let op = match op.combining() {
+        ReduceOp::Sum | ReduceOp::Avg => LibraryOp::Sum,
+        ReduceOp::Prod => LibraryOp::Prod,
+        ReduceOp::Min => LibraryOp::Min,
+        ReduceOp::Max => LibraryOp::Max,
+    };
+    Ok((element, op))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mpi_reduce::MpiReduce;
+    use super::*;
+    use crate::transport::local::LocalTransport;
+    use crate::transport::view::View;
+
+    #[test]
+    fn without_the_library_the_mpi_algorithms_say_why_they_cannot_run() {
+        let group = LocalTransport::group(2);
+        let view = View::new(&group[0], vec![0, 1]).expect("view");
+        for transport in [&group[0] as &dyn Transport, &view] {
+            for why in [Mpi.unavailable(transport), MpiReduce.unavailable(transport)] {
+                let why = why.expect("unavailable");
+                assert!(why.contains("needs an MPI communicator"), "{why}");
             }
-        };
-        let mpi_op = match op.combining() {
-            ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-            ReduceOp::Prod => ffi::RSMPI_PROD,
-            ReduceOp::Min => ffi::RSMPI_MIN,
-            ReduceOp::Max => ffi::RSMPI_MAX,
-        };
-        Ok((datatype, mpi_op))
+        }
+    }
+
+    #[test]
+    fn what_mpi_can_combine_maps_onto_the_library_and_16_bit_floats_do_not() {
+        let mapped = library_reduction(DType::I64, ReduceOp::Avg, "mpi").expect("i64");
+        assert_eq!(mapped, (LibraryElement::I64, LibraryOp::Sum));
+        let mapped = library_reduction(DType::F32, ReduceOp::Min, "mpi").expect("f32");
+        assert_eq!(mapped, (LibraryElement::F32, LibraryOp::Min));
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(library_reduction(dtype, ReduceOp::Sum, "mpi").is_err());
+            assert_eq!(
+                support(dtype, ReduceOp::Sum),
+                Support::No("MPI has no 16-bit float type")
+            );
+        }
     }
 }

@@ -1,17 +1,14 @@
 //! `mpi`: the MPI library's own MPI_Reduce, to weigh ringlet's reduce algorithms against.
 //! Only on the MPI transport, and only for what MPI can reduce the way ringlet does.
 
-use super::mpi::{handles, library, support};
+use super::mpi::{library, library_reduction, support};
 use super::{
     binomial_reduce::BinomialReduce, reduce_scatter_gather::ReduceScatterGather, Algorithm,
     Cost, Reduce, Reduction, Support, Tuning,
 };
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::transport::mpi::{check, in_place};
-use crate::transport::{message_pieces, Transport};
-use mpi::ffi;
-use std::ffi::c_int;
+use crate::transport::Transport;
 
 pub struct MpiReduce;
 
@@ -49,29 +46,8 @@ impl Reduce for MpiReduce {
         root: usize,
         reduction: &Reduction,
     ) -> Result<()> {
-        let mpi = library(transport, self.name())?;
-        let (datatype, op) = handles(reduction.dtype, reduction.op, self.name())?;
-        let comm = mpi.raw()?;
-        let elem = reduction.elem_size();
-        let at_root = transport.rank() == root;
-        for piece in message_pieces(buf.len(), mpi.message_limits().any, elem) {
-            if piece.is_empty() {
-                continue; // every rank skips alike: the length is the same everywhere
-            }
-            let count = (piece.len() / elem) as c_int;
-            let data = buf[piece].as_mut_ptr();
-            // SAFETY: `count` elements of `buf`, live and exclusively borrowed for the call; the
-            // root reduces in place, the others only send theirs (the receive buffer is
-            // ignored off the root).
-            let code = unsafe {
-                if at_root {
-                    ffi::MPI_Reduce(in_place(), data.cast(), count, datatype, op, root as c_int, comm)
-                } else {
-                    ffi::MPI_Reduce(data.cast(), std::ptr::null_mut(), count, datatype, op, root as c_int, comm)
-                }
-            };
-            check(code, "MPI_Reduce")?;
-        }
-        Ok(())
+        let library = library(transport, self.name())?;
+        let (element, op) = library_reduction(reduction.dtype, reduction.op, self.name())?;
+        library.reduce(buf, root, element, op)
     }
 }

@@ -10,7 +10,6 @@
 use crate::error::{CoreError, Result};
 use crate::kernels;
 use crate::transport::{Destination, MessageLimits, Nodes, Pending, Request, Transport, Watcher};
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,10 +184,6 @@ impl Transport for Recorder {
 
     fn abort(&self, code: i32) -> ! {
         std::process::exit(code)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn nodes(&self) -> &Nodes {

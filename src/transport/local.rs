@@ -10,7 +10,6 @@ use super::{
     message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
-use std::any::Any;
 use std::cell::Cell;
 use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -295,10 +294,6 @@ impl Transport for LocalTransport {
     /// The ranks are threads of a test: stop this one loudly.
     fn abort(&self, code: i32) -> ! {
         panic!("rank {} aborted the group (code {code})", self.rank)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn shared(&self) -> Option<&dyn SharedMemory> {

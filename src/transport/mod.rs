@@ -21,23 +21,29 @@
 //! When all of its ranks run on one node, a transport may also offer [`shm::SharedMemory`]:
 //! flags, staging areas and arrays that every rank maps, for the shared-memory schedules.
 //!
+//! A transport over a communication library may also offer the library's own collectives
+//! ([`LibraryCollectives`], MPI's), for the `mpi` algorithms; the others decline.
+//!
 //! Besides data, a transport carries *notices*: single `u64`s on a separate channel that never
 //! match data messages (the runtime's stall inspector reports with them). And while a wait
 //! lasts, the transport tells its [`Watcher`], if it has one, how long it has been waiting.
 
+pub mod library;
 pub mod local;
 pub mod mpi;
+pub mod mpi_call;
+mod mpi_collectives;
 pub mod mpi_shm;
 pub mod nodes;
 pub mod shm;
 pub mod view;
 pub mod waiting;
 
+pub use library::{LibraryCollectives, LibraryElement, LibraryOp};
 pub use nodes::{Nodes, Placement};
 
 use crate::error::{CoreError, Result};
 use smallvec::{smallvec, SmallVec};
-use std::any::Any;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -269,8 +275,10 @@ pub trait Transport {
     /// End every process of the job now.
     fn abort(&self, code: i32) -> !;
 
-    /// The concrete transport, for a schedule that calls a library's own collective.
-    fn as_any(&self) -> &dyn Any;
+    /// The communication library's own collectives over exactly these ranks, if it has any.
+    fn library_collectives(&self) -> Option<&dyn LibraryCollectives> {
+        None
+    }
 
     /// Let the library move messages that earlier calls left queued (MPI progresses only inside
     /// its calls: a rank that waits in shared memory must still let its eager sends drain).

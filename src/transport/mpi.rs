@@ -8,33 +8,28 @@
 //! status is checked: a message of another length than expected is an error, never a silently
 //! short buffer.
 
+use super::mpi_call::error_string;
 use super::mpi_shm::{MpiShared, Unavailable};
 use super::nodes::Nodes;
 use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
-    message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
+    message_pieces, wrong_length, Destination, LibraryCollectives, MessageLimits, Pending, Request,
+    Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
 use mpi::ffi;
 use mpi::raw::{AsRaw, FromRaw};
 use mpi::topology::SimpleCommunicator;
 use smallvec::SmallVec;
-use std::any::Any;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-extern "C" {
-    fn ringlet_mpi_in_place() -> *mut c_void;
-}
-
-/// `MPI_IN_PLACE`, whose value differs between MPI libraries (rsmpi does not export it).
-pub fn in_place() -> *mut c_void {
-    // SAFETY: the shim returns a constant and touches nothing.
-    unsafe { ringlet_mpi_in_place() }
-}
+// Also offered here, to code above the transport that calls MPI itself.
+pub(crate) use super::mpi_call::check;
+pub use super::mpi_call::in_place;
 
 /// Every ringlet data message uses this tag; the communicator is ringlet's own duplicate, so no
 /// other traffic can match it.
@@ -62,16 +57,6 @@ pub struct MpiTransport {
 unsafe impl Send for MpiTransport {}
 // SAFETY: as above; shared references are only handed out under the runtime's mutex.
 unsafe impl Sync for MpiTransport {}
-
-pub(crate) fn check(code: c_int, what: &str) -> Result<()> {
-    if code == ffi::MPI_SUCCESS as c_int {
-        return Ok(());
-    }
-    Err(CoreError::Communication(format!(
-        "{what} failed: {}",
-        error_string(code)
-    )))
-}
 
 /// Which node each rank of `comm` runs on, as the MPI library groups them
 /// (`MPI_COMM_TYPE_SHARED`): each rank finds its node's lowest rank, and every rank gathers
@@ -120,18 +105,6 @@ fn discover_nodes(comm: ffi::MPI_Comm, rank: c_int, size: c_int) -> Result<Nodes
     };
     check(gathered, "MPI_Allgather")?;
     Ok(Nodes::from_labels(&leaders))
-}
-
-fn error_string(code: c_int) -> String {
-    let mut text = vec![0u8; ffi::MPI_MAX_ERROR_STRING as usize + 1];
-    let mut len: c_int = 0;
-    // SAFETY: `text` holds MPI_MAX_ERROR_STRING bytes, as MPI_Error_string requires.
-    let described = unsafe { ffi::MPI_Error_string(code, text.as_mut_ptr().cast(), &mut len) };
-    if described == ffi::MPI_SUCCESS as c_int {
-        String::from_utf8_lossy(&text[..len.max(0) as usize]).into_owned()
-    } else {
-        format!("MPI error code {code}")
-    }
 }
 
 impl MpiTransport {
@@ -537,8 +510,8 @@ impl Transport for MpiTransport {
         abort(code)
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn library_collectives(&self) -> Option<&dyn LibraryCollectives> {
+        Some(self)
     }
 
     fn progress(&self) {

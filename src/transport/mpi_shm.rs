@@ -11,7 +11,7 @@
 //! array a user still holds must stay mapped. Arrays that every rank has dropped are freed
 //! collectively at the next allocation; the rest go with MPI_Finalize.
 
-use super::mpi::check;
+use super::mpi_call::check;
 use super::shm::{
     free_bytes, ArrayTable, FlagBlock, Flags, SharedArray, SharedMemory, AREA_BYTES, FLAG_BYTES,
 };

@@ -13,8 +13,8 @@
 //! - **Shared arrays.** Memory that a user's arrays live in (`ringlet.empty`), each array a
 //!   part of every rank's; a schedule finds where a peer's array lies and reads it in place.
 //!
-//! Two implementations: [`LocalShared`] for ranks as threads (the tests), and the MPI one in
-//! [`super::mpi`], over `MPI_Win_allocate_shared` windows of the node's communicator.
+//! Two implementations: [`LocalShared`] for ranks as threads (the tests), and the MPI one
+//! (`mpi_shm.rs`), over `MPI_Win_allocate_shared` windows of the node's communicator.
 
 use super::waiting::Backoff;
 use super::Transport;

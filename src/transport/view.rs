@@ -7,13 +7,9 @@
 //! of ranks (those of one node and those across nodes never do).
 
 use super::nodes::Nodes;
-use super::{Destination, MessageLimits, Request, Transport, Watcher};
+use super::{Destination, LibraryCollectives, MessageLimits, Request, Transport, Watcher};
 use crate::error::{CoreError, Result};
-use std::any::Any;
 use std::sync::Arc;
-
-/// What a view offers schedules that look for a library communicator: none.
-struct NotALibraryCommunicator;
 
 pub struct View<'t> {
     inner: &'t dyn Transport,
@@ -103,10 +99,9 @@ impl Transport for View<'_> {
         self.inner.abort(code)
     }
 
-    /// Not the underlying transport: a library collective on its communicator would involve
-    /// ranks outside the view.
-    fn as_any(&self) -> &dyn Any {
-        &NotALibraryCommunicator
+    /// None: the underlying transport's would involve ranks outside the view.
+    fn library_collectives(&self) -> Option<&dyn LibraryCollectives> {
+        None
     }
 
     fn progress(&self) {

@@ -1,0 +1,110 @@
+//! The MPI transport's [`LibraryCollectives`]: MPI_Allreduce and MPI_Reduce in place on its
+//! communicator.
+
+use super::library::{LibraryCollectives, LibraryElement, LibraryOp};
+use super::mpi::MpiTransport;
+use super::mpi_call::{check, in_place};
+use super::{message_pieces, Transport};
+use crate::error::{CoreError, Result};
+use mpi::ffi;
+use std::ffi::c_int;
+use std::ops::Range;
+
+fn datatype(element: LibraryElement) -> ffi::MPI_Datatype {
+    // SAFETY: reading MPI's predefined handles, which are constants after initialization.
+    unsafe {
+        match element {
+            LibraryElement::F32 => ffi::RSMPI_FLOAT,
+            LibraryElement::F64 => ffi::RSMPI_DOUBLE,
+            LibraryElement::I32 => ffi::RSMPI_INT32_T,
+            LibraryElement::I64 => ffi::RSMPI_INT64_T,
+        }
+    }
+}
+
+fn operation(op: LibraryOp) -> ffi::MPI_Op {
+    // SAFETY: as in `datatype`.
+    unsafe {
+        match op {
+            LibraryOp::Sum => ffi::RSMPI_SUM,
+            LibraryOp::Prod => ffi::RSMPI_PROD,
+            LibraryOp::Min => ffi::RSMPI_MIN,
+            LibraryOp::Max => ffi::RSMPI_MAX,
+        }
+    }
+}
+
+impl MpiTransport {
+    /// The non-empty messages, as (byte range, element count), that `len` bytes of `element`
+    /// go in: MPI counts are C ints. An empty range is skipped because an empty slice's
+    /// dangling pointer can equal MPI_IN_PLACE (every rank skips alike: the lengths agree).
+    fn library_messages(
+        &self,
+        len: usize,
+        element: LibraryElement,
+    ) -> Result<impl Iterator<Item = (Range<usize>, c_int)>> {
+        let size = element.size();
+        if !len.is_multiple_of(size) {
+            return Err(CoreError::InvalidArgument(format!(
+                "internal: {len} bytes are not whole {size}-byte elements"
+            )));
+        }
+        let pieces = message_pieces(len, self.message_limits().any, size);
+        Ok(pieces.filter(|piece| !piece.is_empty()).map(move |piece| {
+            let count = (piece.len() / size) as c_int;
+            (piece, count)
+        }))
+    }
+}
+
+impl LibraryCollectives for MpiTransport {
+    fn allreduce(&self, buf: &mut [u8], element: LibraryElement, op: LibraryOp) -> Result<()> {
+        let comm = self.raw()?;
+        let (datatype, op) = (datatype(element), operation(op));
+        for (piece, count) in self.library_messages(buf.len(), element)? {
+            // SAFETY: in-place allreduce on `count` elements inside `buf`, which is live and
+            // exclusively borrowed for the call.
+            let code = unsafe {
+                ffi::MPI_Allreduce(
+                    in_place(),
+                    buf[piece].as_mut_ptr().cast(),
+                    count,
+                    datatype,
+                    op,
+                    comm,
+                )
+            };
+            check(code, "MPI_Allreduce")?;
+        }
+        Ok(())
+    }
+
+    fn reduce(
+        &self,
+        buf: &mut [u8],
+        root: usize,
+        element: LibraryElement,
+        op: LibraryOp,
+    ) -> Result<()> {
+        let comm = self.raw()?;
+        let (datatype, op) = (datatype(element), operation(op));
+        let at_root = self.rank() == root;
+        let root = root as c_int;
+        for (piece, count) in self.library_messages(buf.len(), element)? {
+            let data = buf[piece].as_mut_ptr();
+            // SAFETY: `count` elements of `buf`, live and exclusively borrowed for the call; the
+            // root reduces in place, the others only send theirs (the receive buffer is
+            // ignored off the root).
+            let code = unsafe {
+                if at_root {
+                    ffi::MPI_Reduce(in_place(), data.cast(), count, datatype, op, root, comm)
+                } else {
+                    let nowhere = std::ptr::null_mut();
+                    ffi::MPI_Reduce(data.cast(), nowhere, count, datatype, op, root, comm)
+                }
+            };
+            check(code, "MPI_Reduce")?;
+        }
+        Ok(())
+    }
+}
