@@ -266,11 +266,11 @@ def auto_choice(nbytes: int, n_ranks: int, dtype: str, op: str) -> str:
     Every rank calls this, in the same order: the selector's first call may be collective (it
     loads or runs ringlet's calibration).
     """
-    choose = getattr(getattr(ringlet, "selector", None), "choose", None)
-    if choose is None:
+    choice = getattr(getattr(ringlet, "selector", None), "choice", None)
+    if choice is None:
         return ""
     try:
-        return str(choose(nbytes, n_ranks, dtype, op))
+        return str(choice(nbytes, dtype, op))
     except Exception:
         return ""
 

@@ -99,10 +99,10 @@ def main() -> None:
     times.update(rounds({f"{name}, whole messages between hosts": ringlet_call(name)
                          for name in ("ring", "halving_doubling", "two_tier")}, done))
     ringlet.settings(across_message_bytes="auto")
-    auto_choice = ringlet.selector.choose(args.bytes, ringlet.size(), "float32", "sum")
+    auto_choice = ringlet.selector.choice(args.bytes)
     refinements = ringlet.selector.refinements()
-    calibration = ringlet.selector._params.calibration_seconds if ringlet.selector._params \
-        else float("nan")
+    installed = ringlet.calibration.installed()
+    calibration = installed.calibration_seconds if installed else float("nan")
 
     if COMM.rank != 0:
         return

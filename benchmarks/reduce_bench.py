@@ -27,7 +27,6 @@ import numpy as np
 from mpi4py import MPI  # before ringlet: mpi4py initializes MPI, ringlet then shares it
 
 import ringlet
-from ringlet import selector
 
 MPI_TYPES = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T,
              "int64": MPI.INT64_T}
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     ringlet.init()
     rank, size = comm.Get_rank(), comm.Get_size()
-    params = selector.parameters()  # collective: calibrates (or loads the cache) on every rank
+    ringlet.selector.prepare()  # collective: calibrates (or loads the cache) on every rank
     collective = args.collective
     names = [a for a in ringlet.algorithms(collective, args.dtype)
              if ringlet._core.algorithm_unavailable(collective, a) is None]
@@ -124,15 +123,15 @@ def main(argv: list[str] | None = None) -> int:
             spent += sum(seconds[name][-1] for name in order)
             if comm.bcast(spent > args.time_budget, root=0):
                 break
-        nodes = selector.layout(size)
+        _, _, priced = ringlet._core.explain(count * x.itemsize, args.dtype, "sum",
+                                             collective=collective)
+        models = {name: model for name, model, *_ in priced}
         for name, times in seconds.items():
             measured = float(np.median(times))
-            model = (selector.model_seconds(name, count * x.itemsize, size, args.dtype, params,
-                                            nodes, collective=collective)
-                     if name in names else float("nan"))
+            model = models.get(name, float("nan"))
             rows.append((count * x.itemsize, name, measured, model, len(times)))
     if rank == 0:
-        report(rows, size, args, params, overhead)
+        report(rows, size, args, ringlet.calibration.installed(), overhead)
     return 0
 
 

@@ -39,7 +39,6 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlet
-from ringlet import selector
 from ringlet import simulate as sim
 
 COMM = MPI.COMM_WORLD
@@ -67,7 +66,7 @@ def node_memory_bandwidth(nbytes: int, repeats: int = 9) -> float:
 
 
 def _pieces(limit: int) -> str:
-    return "whole" if limit >= selector.WHOLE_MESSAGES else f"{limit >> 10} KiB"
+    return "whole" if limit >= max(ringlet._core.message_limit_options()) else f"{limit >> 10} KiB"
 
 
 WITHIN = 0.25
@@ -130,16 +129,16 @@ def main() -> None:
     ringlet.init()
     run = COMM.bcast(datetime.now().isoformat(timespec="seconds"), root=0)
     # Collective: calibrates now (or, with --cached, loads this topology's cache if any).
-    params = selector.parameters(recalibrate=not args.cached)
-    labels = selector.layout(COMM.size)
+    params = ringlet.calibration.parameters(recalibrate=not args.cached)
+    labels = ringlet._core.nodes(0)
     names = args.algorithms.split(",")
-    intra = (1 / params.beta, params.alpha)
-    inter = (sim.parse_link(args.inter) if args.inter
-             else (1 / params.beta_across, params.alpha_across))
-    gamma = params.gamma_of("float32")
-    # Half duplex when exchanging both ways takes clearly longer than one way (Open MPI's TCP
-    # with whole messages; calibration measured it with the pieces it chose).
-    half_duplex = params.exchange_slowdown > selector.HALF_DUPLEX
+    # The core's network for these parameters: half duplex when exchanging both ways takes
+    # clearly longer than one way (Open MPI's TCP with whole messages; calibration measured it
+    # with the pieces it chose).
+    intra, inter, gamma, half_duplex = ringlet._core.simulated_network(params.parameters,
+                                                                      "float32")
+    if args.inter:
+        inter = sim.parse_link(args.inter)
     rows = []
     for size in (sim.parse_size(s) for s in args.sizes.split(",")):
         memory = node_memory_bandwidth(size)
@@ -172,14 +171,16 @@ def main() -> None:
     if COMM.rank != 0:
         return
     hosts = len(set(labels))
+    model = params.model()
     print(f"simulator validation, {COMM.size} ranks on {hosts} host(s) {args.label}; "
           f"{socket.gethostname()}, {datetime.now():%Y-%m-%d %H:%M}; parameters: "
-          f"{params.source}: alpha {params.alpha * 1e6:.1f} us, B {1 / params.beta / 1e9:.2f} GB/s"
-          f", across: alpha {params.alpha_across * 1e6:.1f} us, "
+          f"{params.source}: alpha {model['alpha'] * 1e6:.1f} us, "
+          f"B {1 / model['beta'] / 1e9:.2f} GB/s, "
+          f"across: alpha {model['alpha_across'] * 1e6:.1f} us, "
           f"B {inter[0] / 1e6:.0f} MB/s{' (given)' if args.inter else ''}, "
           f"gamma {gamma * 1e9:.3f} ns/B; between nodes, messages in pieces of "
-          f"{_pieces(params.across_message_bytes)}, exchanging both ways takes "
-          f"{params.exchange_slowdown:.2f}x one way ({'half' if half_duplex else 'full'} "
+          f"{_pieces(model['across_message_bytes'])}, exchanging both ways takes "
+          f"{model['exchange_slowdown']:.2f}x one way ({'half' if half_duplex else 'full'} "
           "duplex)\n")
     print("| placement | size | node memory | algorithm | measured | predicted "
           "| predicted / measured | MPI_Allreduce |")

@@ -64,6 +64,7 @@ __all__ = [
     "shutdown",
     "simulate",
     "simulated_algorithms",
+    "simulated_network",
     "stats",
     "use_calibrated_message_limit",
     "wait_policy",
@@ -207,6 +208,9 @@ def installed_parameters() -> str | None: ...
 def default_parameters() -> str: ...
 def check_parameters(json: str) -> str: ...
 def message_limit_options() -> list[int]: ...
+def simulated_network(
+    parameters: str, dtype: str
+) -> tuple[tuple[float, float], tuple[float, float], float, bool]: ...
 def choose_message_limit(timed: list[tuple[int, float]]) -> int: ...
 def explain(
     nbytes: int,
@@ -216,6 +220,7 @@ def explain(
     nodes: list[int] | None = None,
     process_set: int = 0,
     simulate_up_to: int = 0,
+    collective: str = "allreduce",
 ) -> tuple[str, str, list[tuple[str, float, float, float, float | None]]]:
     """(what auto runs, what that rests on, per candidate: (algorithm, model seconds,
     measured/model, predicted seconds, simulated seconds or None))."""

@@ -64,6 +64,15 @@ def prepare() -> None:
     calibration.ensure_installed()
 
 
+def choice(nbytes: int, dtype: str = "float32", op: str = "sum", *,
+           process_set: ProcessSet | None = None) -> str:
+    """The algorithm ``auto`` runs now for an allreduce of ``nbytes`` of ``dtype`` under
+    ``op``. Installs the model first if it is not (collective then, as the first ``auto`` call
+    is)."""
+    prepare()
+    return _core.explain(int(nbytes), dtype, op, process_set=place(process_set).id)[0]
+
+
 def calibrate() -> calibration.Calibration:
     """Measure this machine again (collective), save the result and install it."""
     init()

@@ -4,7 +4,7 @@
 //! predicts close to the winner, which the refiner tries now and then on real calls.
 
 use super::choice::{candidates, cheapest, priced, Pricing, FALLBACK};
-use crate::dtype::{names, DType, ReduceOp};
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::{self, Allreduce, ALLREDUCE};
 use crate::transport::Transport;
@@ -30,7 +30,8 @@ pub struct Range {
 /// Per (dtype, op): its ranges, sorted by size; the last covers every larger message.
 pub struct Table {
     ranges: Vec<((DType, ReduceOp), Vec<Range>)>,
-    /// Set by the environment (`RINGLET_ALGORITHM`, `RINGLET_AUTO_TABLE`): no runner-ups.
+    /// Set by the environment (`RINGLET_ALGORITHM`, `RINGLET_AUTO_TABLE`): runner-ups only
+    /// where it names them.
     pub overridden: bool,
 }
 
@@ -190,26 +191,31 @@ fn runner_up(
 }
 
 /// `"recursive_doubling:32K,halving_doubling:8M,pipelined_ring"` as ranges: each algorithm up
-/// to and including its size, the last for everything larger. An algorithm that cannot take
-/// this dtype and op here (e.g. "mpi" for 16-bit floats) gives way to the fallback.
+/// to and including its size, the last for everything larger; `ring/halving_doubling` names a
+/// runner-up to try on real calls. An algorithm that cannot take this dtype and op here (e.g.
+/// "mpi" for 16-bit floats) gives way to the fallback (a runner-up, to none).
 fn from_spec(spec: &str, options: &[&'static dyn Allreduce]) -> Result<Vec<Range>> {
+    let candidate = |name: &str| -> Result<Option<&'static dyn Allreduce>> {
+        let named = schedules::find(ALLREDUCE, name.trim()).map_err(|e| {
+            CoreError::InvalidArgument(format!("in the environment's auto table ({spec:?}): {e}"))
+        })?;
+        Ok(options.iter().copied().find(|a| a.name() == named.name()))
+    };
     let mut ranges = Vec::new();
     for part in spec.split(',') {
-        let (name, limit) = match part.trim().split_once(':') {
-            Some((name, limit)) => (name.trim(), Some(limit)),
+        let (names, limit) = match part.trim().split_once(':') {
+            Some((names, limit)) => (names, Some(limit)),
             None => (part.trim(), None),
         };
-        let named = schedules::find(ALLREDUCE, name).map_err(|_| {
-            CoreError::InvalidArgument(format!(
-                "unknown algorithm {name:?} in the environment's auto table ({spec:?}); \
-                 accepted: {}",
-                names(ALLREDUCE.iter().map(|a| a.name()))
-            ))
-        })?;
-        let winner = match options.iter().find(|a| a.name() == named.name()) {
-            Some(&algorithm) => algorithm,
+        let (name, runner_up) = match names.split_once('/') {
+            Some((name, runner_up)) => (name, candidate(runner_up)?),
+            None => (names, None),
+        };
+        let winner = match candidate(name)? {
+            Some(algorithm) => algorithm,
             None => fallback()?,
         };
+        let runner_up = runner_up.filter(|r| r.name() != winner.name());
         let upper = match limit {
             Some(limit) => parse_bytes(limit).ok_or_else(|| {
                 CoreError::InvalidArgument(format!(
@@ -222,7 +228,7 @@ fn from_spec(spec: &str, options: &[&'static dyn Allreduce]) -> Result<Vec<Range
         ranges.push(Range {
             upper,
             winner,
-            runner_up: None,
+            runner_up,
         });
     }
     if ranges.last().is_none_or(|r| r.upper != u64::MAX) {
@@ -276,6 +282,7 @@ mod tests {
             ..Parameters::default()
         };
         let table = model_table(4, &parameters);
+        let mut tried = false;
         for dtype in DType::ALL {
             for op in ReduceOp::ALL {
                 let (_, ranges) = table
@@ -289,9 +296,16 @@ mod tests {
                     for algorithm in [Some(range.winner), range.runner_up].into_iter().flatten() {
                         assert_eq!(algorithm.support(dtype, op), Support::Full);
                     }
+                    let runner_up = range.runner_up.map(|r| r.name());
+                    assert_ne!(runner_up, Some(range.winner.name()));
+                    tried |= runner_up.is_some();
                 }
             }
         }
+        assert!(
+            tried,
+            "some range has a runner-up within {RUNNER_UP_WITHIN}x"
+        );
         // Small messages go to a latency-bound algorithm, large ones to a bandwidth-bound one.
         let name = |bytes| {
             table
@@ -342,6 +356,16 @@ mod tests {
         assert_eq!(ranges[0].winner.name(), FALLBACK);
         let error = from_spec("tree:8K", &all).err().map(|e| e.to_string());
         assert!(error.is_some_and(|e| e.contains("\"tree\"") && e.contains("accepted")));
+        let ranges = from_spec("ring/halving_doubling", &all).expect("valid");
+        assert_eq!(
+            ranges[0].runner_up.map(|r| r.name()),
+            Some("halving_doubling")
+        );
+        let ranges = from_spec("ring/mpi", &without_mpi).expect("valid");
+        assert!(
+            ranges[0].runner_up.is_none(),
+            "a runner-up that cannot run is none"
+        );
         assert!(from_spec("ring:lots", &all).is_err());
     }
 }

@@ -507,16 +507,35 @@ fn choose_message_limit(timed: Vec<(usize, f64)>) -> PyResult<usize> {
         .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("no limit was timed"))
 }
 
+/// The simulator's network with the model's `parameters` (JSON) for `dtype`: (inside a node,
+/// between nodes) as (bandwidth in bytes per second, latency in seconds), gamma, and whether a
+/// connection between nodes carries one direction at a time.
+#[pyfunction]
+fn simulated_network(parameters: &str, dtype: &str) -> PyResult<SimulatedNetwork> {
+    let network = selection::network(parameters, DType::from_name(dtype)?)?;
+    let link = |l: Link| (l.bandwidth, l.latency);
+    Ok((
+        link(network.intra),
+        link(network.inter),
+        network.gamma,
+        network.half_duplex,
+    ))
+}
+
+type SimulatedNetwork = ((f64, f64), (f64, f64), f64, bool);
+
 /// (algorithm, model seconds, measured/model, predicted seconds, simulated seconds or None).
 type CandidateRow = (&'static str, f64, f64, f64, Option<f64>);
 
-/// An allreduce of `nbytes` of `dtype` under `op` on `process_set`: (what `auto` runs, what
-/// that rests on: "one rank" | "table" | "environment" | "model", each candidate's row).
-/// `parameters`: JSON to price with instead of the installed ones; `nodes`: a placement (a
-/// node label per rank) to price on instead of the communicator's. Local.
+/// A `collective` (an allreduce by default) of `nbytes` of `dtype` under `op` on
+/// `process_set`: (what `auto` runs, what that rests on: "one rank" | "table" | "environment"
+/// | "model", each candidate's row). `parameters`: JSON to price with instead of the installed
+/// ones; `nodes`: a placement (a node label per rank) to price on instead of the
+/// communicator's. Local.
 #[pyfunction]
 #[pyo3(signature = (
-    nbytes, dtype, op, parameters=None, nodes=None, process_set=0, simulate_up_to=0
+    nbytes, dtype, op, parameters=None, nodes=None, process_set=0, simulate_up_to=0,
+    collective="allreduce"
 ))]
 #[allow(clippy::too_many_arguments)]
 fn explain(
@@ -528,8 +547,10 @@ fn explain(
     nodes: Option<Vec<usize>>,
     process_set: SetId,
     simulate_up_to: usize,
+    collective: &str,
 ) -> PyResult<(&'static str, &'static str, Vec<CandidateRow>)> {
     let question = selection::Question {
+        collective,
         nbytes,
         dtype: DType::from_name(dtype)?,
         op: ReduceOp::from_name(op)?,
@@ -808,8 +829,8 @@ mod _core {
         is_initialized, join, kernel_level, measure_combine, measure_sendrecv,
         message_limit_options, mpi_library, nodes, ops, process_sets, reduce, reduce_scatter,
         refuse, remove_process_set, reset_stats, set_stats_enabled, set_thread_key, settings,
-        shared_empty, shared_memory, shutdown, simulate, simulated_algorithms, stats,
-        use_calibrated_message_limit, wait_policy, SharedBuffer,
+        shared_empty, shared_memory, shutdown, simulate, simulated_algorithms, simulated_network,
+        stats, use_calibrated_message_limit, wait_policy, SharedBuffer,
     };
     // Hooks that make the core fail on purpose, for the failure tests; not in a release.
     #[cfg(feature = "test-hooks")]

@@ -143,7 +143,7 @@ pub fn group(set: SetId) -> Result<(usize, usize, Vec<String>)> {
 
 /// The registered algorithms of a collective ("allreduce", "broadcast", "allgather",
 /// "reduce_scatter").
-fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
+pub(crate) fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
     Ok(match Kind::from_name(collective)? {
         Kind::Allreduce => schedules::ALLREDUCE.iter().map(|&a| a as _).collect(),
         Kind::Broadcast => schedules::BROADCAST.iter().map(|&a| a as _).collect(),

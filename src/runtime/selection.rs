@@ -73,8 +73,9 @@ pub struct Explanation {
     pub candidates: Vec<Candidate>,
 }
 
-/// What to explain: an allreduce of `nbytes` of `dtype` under `op`.
+/// What to explain: a `collective` of `nbytes` of `dtype` (combined with `op`, if it combines).
 pub struct Question<'a> {
+    pub collective: &'a str,
     pub nbytes: usize,
     pub dtype: DType,
     pub op: ReduceOp,
@@ -87,11 +88,15 @@ pub struct Question<'a> {
     pub simulate_up_to: usize,
 }
 
-/// Each candidate's predicted time for the allreduce of `question` on process set `set`, and
-/// what `auto` runs: on the communicator with the installed parameters, the decision table's
-/// choice (as refined on real calls); otherwise the model's cheapest. Local.
+/// Each candidate's predicted time for the call of `question` on process set `set`, and what
+/// `auto` runs: for an allreduce on the communicator with the installed parameters, the
+/// decision table's choice (as refined on real calls); otherwise the model's cheapest. Local.
 pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
+    if question.collective != "allreduce" {
+        return explain_other(set, question);
+    }
     let Question {
+        collective: _,
         nbytes,
         dtype,
         op,
@@ -160,6 +165,74 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
             candidates,
         })
     })
+}
+
+/// [`explain`] for the collectives that choose with the model alone (without calibration's
+/// corrections, which were measured for allreduce).
+fn explain_other(set: SetId, question: Question<'_>) -> Result<Explanation> {
+    let Question {
+        collective,
+        nbytes,
+        dtype,
+        op,
+        parameters,
+        nodes,
+        simulate_up_to,
+    } = question;
+    let all = super::registry(collective)?;
+    let reducing = matches!(collective, "reduce" | "reduce_scatter").then_some((dtype, op));
+    let given = parameters.map(Parameters::from_json).transpose()?;
+    let what_if = nodes.filter(|n| !n.is_empty()).map(Nodes::from_labels);
+    process::with_communicator(set, |comm| {
+        let transport = comm.transport();
+        let tuning = comm.settings().tuning;
+        let placement = what_if.as_ref().unwrap_or(transport.nodes());
+        let parameters: Arc<Parameters> = match given {
+            Some(given) => Arc::new(given),
+            None => auto::model::current(),
+        };
+        let pricing = Pricing {
+            parameters: &parameters,
+            tuning: &tuning,
+            corrected: false,
+        };
+        let options = candidates(&all, transport, reducing);
+        let prices = priced(&options, placement, pricing, nbytes, reducing.map(|r| r.0));
+        let choice = cheapest(&prices).map_or("-", |a| a.name());
+        let simulate = placement.ranks() > 1 && placement.ranks() <= simulate_up_to;
+        let network = network_of(&parameters, dtype);
+        let candidates = prices
+            .iter()
+            .map(|&(algorithm, prediction)| Candidate {
+                name: algorithm.name(),
+                prediction,
+                simulated: simulate
+                    .then(|| {
+                        crate::simulate::simulate_placed(
+                            collective,
+                            algorithm.name(),
+                            placement.labels(),
+                            nbytes,
+                            true,
+                            &network,
+                        )
+                        .ok()
+                        .map(|outcome| outcome.seconds)
+                    })
+                    .flatten(),
+            })
+            .collect();
+        Ok(Explanation {
+            choice,
+            basis: Basis::Model,
+            candidates,
+        })
+    })
+}
+
+/// The simulator's network with `parameters` (JSON) for `dtype`.
+pub fn network(parameters: &str, dtype: DType) -> Result<Network> {
+    Ok(network_of(&Parameters::from_json(parameters)?, dtype))
 }
 
 /// The simulator's network with the model's parameters.

@@ -51,15 +51,16 @@ def test_the_job_spans_several_hosts():
 def test_pieces_between_hosts_are_in_force_from_init():
     """Before any auto call: init took the pieces between nodes from the cached calibration or
     measured them, so calls with an explicit algorithm send what calibration would."""
-    from ringlet import selector
+    from ringlet import _core, calibration
 
     settings = ringlet.settings()
     assert settings["across_message_bytes_auto"] is True
     limit = settings["across_message_bytes"]
-    assert limit in (selector.WHOLE_MESSAGES, *selector.ACROSS_PIECES)
-    assert selector._params is None, "auto has run already: this test must come first"
-    measured = selector._pieces_measured.get(selector._digest(selector.calibration_key()))
-    cached = selector.cache_path(selector.calibration_key()).exists()
+    assert limit in _core.message_limit_options()
+    assert _core.installed_parameters() is None, "auto has run already: this test must come first"
+    key = calibration.calibration_key()
+    measured = calibration._pieces_measured.get(calibration._digest(key))
+    cached = calibration.cache_path(key).exists()
     assert cached or (measured is not None and measured[0] == limit)
     assert COMM.allgather(limit) == [limit] * SIZE
 
@@ -219,15 +220,15 @@ def test_calibration_installs_its_pieces_between_hosts_alike_on_every_rank():
     """Calibration times pairs of hosts exchanging both ways with whole messages and with
     pieces, and installs its choice (it is part of every call's fingerprint, so it must be the
     same everywhere); what is installed is what the parameters say."""
-    from ringlet import selector
+    from ringlet import _core
 
-    params = ringlet.calibrate()
+    params = ringlet.calibrate().model()
     settings = ringlet.settings()
     assert settings["across_message_bytes_auto"] is True
-    assert settings["across_message_bytes"] == params.across_message_bytes
-    assert params.across_message_bytes in (selector.WHOLE_MESSAGES, *selector.ACROSS_PIECES)
-    assert params.exchange_slowdown > 0
-    mine = (params.across_message_bytes, params.exchange_slowdown, params.beta_across)
+    assert settings["across_message_bytes"] == params["across_message_bytes"]
+    assert params["across_message_bytes"] in _core.message_limit_options()
+    assert params["exchange_slowdown"] > 0
+    mine = (params["across_message_bytes"], params["exchange_slowdown"], params["beta_across"])
     assert COMM.allgather(mine) == [mine] * SIZE
 
 

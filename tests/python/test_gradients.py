@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import ringlet
+from ringlet import _core, _gradients
 
 from conftest import ALL_DTYPES, exact_input, np_dtype, reference, same_on_every_rank
 
@@ -206,8 +209,8 @@ def test_plan_buckets_follows_the_model_when_nothing_overrides(monkeypatch, size
     plan = ringlet.plan_buckets(sizes, compute_threads=1)
     here = ringlet.topology()
     cores = min(len(os.sched_getaffinity(0)), (os.cpu_count() or 1) // here.local_size)
-    expected = ringlet.selector.bucket_bytes("float32", size, hosts=here.cross_size,
-                                             cores_per_rank=cores, threads=1)
+    expected = _gradients.bucket_bytes("float32", size, hosts=here.cross_size,
+                                       cores_per_rank=cores, threads=1)
     # Rank 0's model decides for every rank.
     assert (plan.limit, plan.reason) == ringlet.broadcast_object(
         (expected.limit, expected.reason), 0)
@@ -229,29 +232,27 @@ def test_rank_zeros_plan_wins_and_disagreeing_arrays_raise_everywhere(rank, size
 
 
 def test_bucket_model_decisions():
-    from ringlet import selector
+    bucket_bytes = _gradients.bucket_bytes
 
-    params = selector.Parameters(alpha=5e-6, beta=1 / 5e9, gamma={"float32": 1 / 20e9})
-    saved, selector._params = selector._params, params
-    try:
-        shared = selector.bucket_bytes("float32", 2, hosts=1, cores_per_rank=1, threads=1)
-        assert shared.limit == selector.ONE_BUCKET and "shares the cores" in shared.reason
-        assert selector.bucket_bytes("float32", 1, hosts=1, cores_per_rank=8,
-                                     threads=1).limit == selector.ONE_BUCKET
-        spare = selector.bucket_bytes("float32", 2, hosts=1, cores_per_rank=4, threads=1)
-        across = selector.bucket_bytes("float32", 8, hosts=4, cores_per_rank=1, threads=1)
-        for choice in (spare, across):
-            assert selector.MIN_BUCKET <= choice.limit <= selector.MAX_BUCKET, choice
-        # A slower network per byte makes the fixed costs relatively smaller: smaller buckets.
-        selector._params = selector.Parameters(alpha=5e-6, beta=1 / 1e9,
-                                               gamma={"float32": 1 / 20e9})
-        slower = selector.bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1)
-        selector._params = selector.Parameters(alpha=5e-6, beta=1 / 20e9,
-                                               gamma={"float32": 1 / 20e9})
-        faster = selector.bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1)
-        assert slower.limit < faster.limit
-    finally:
-        selector._params = saved
+    def priced(beta: float) -> str:
+        return _core.check_parameters(json.dumps(
+            {"alpha": 5e-6, "beta": beta, "gamma": {"float32": 1 / 20e9}}))
+
+    prices = priced(1 / 5e9)
+    shared = bucket_bytes("float32", 2, hosts=1, cores_per_rank=1, threads=1, parameters=prices)
+    assert shared.limit == _gradients.ONE_BUCKET and "shares the cores" in shared.reason
+    assert bucket_bytes("float32", 1, hosts=1, cores_per_rank=8, threads=1,
+                        parameters=prices).limit == _gradients.ONE_BUCKET
+    spare = bucket_bytes("float32", 2, hosts=1, cores_per_rank=4, threads=1, parameters=prices)
+    across = bucket_bytes("float32", 8, hosts=4, cores_per_rank=1, threads=1, parameters=prices)
+    for choice in (spare, across):
+        assert _gradients.MIN_BUCKET <= choice.limit <= _gradients.MAX_BUCKET, choice
+    # A slower network per byte makes the fixed costs relatively smaller: smaller buckets.
+    slower = bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1,
+                          parameters=priced(1 / 1e9))
+    faster = bucket_bytes("float32", 2, hosts=2, cores_per_rank=1, threads=1,
+                          parameters=priced(1 / 20e9))
+    assert slower.limit < faster.limit
 
 
 # ---- waiting ---------------------------------------------------------------------------------

@@ -14,27 +14,27 @@ from ringlet import _core, selector
 
 from conftest import exact_input, reference
 
-TABLE_LIMIT = selector.TABLE_LIMIT
-
 
 @pytest.fixture(params=["ring", "shm"])
 def table_with_alternative(request, monkeypatch):
     """float32 sum: the ring, or shm (whose check rides on its first meeting) where the ranks
-    share memory, with halving-doubling as the runner-up; the selector's table afterwards."""
+    share memory, with halving-doubling as the runner-up (the environment's table, which names
+    it); the model's table afterwards."""
     winner = request.param
     if _core.algorithm_unavailable("allreduce", winner, 0) is not None:
         winner = "ring"
     monkeypatch.delenv("RINGLET_ALGORITHM", raising=False)
-    monkeypatch.delenv("RINGLET_AUTO_TABLE", raising=False)
-    ringlet.allreduce(np.ones(1, np.float32))  # the selector's own table first
-    entries = [(d, o, limit, name, alternative)
-               for (d, o), ranges in selector._table.items()
-               for (limit, name), alternative in zip(ranges, [""] * len(ranges))]
-    entries = [e for e in entries if (e[0], e[1]) != ("float32", "sum")]
-    entries.append(("float32", "sum", TABLE_LIMIT, winner, "halving_doubling"))
-    _core.set_auto_table(entries)
+    monkeypatch.setenv("RINGLET_AUTO_TABLE", f"{winner}/halving_doubling")
+    rebuild_tables()
     yield
-    _core.clear_auto_table()
+    monkeypatch.undo()
+    rebuild_tables()
+
+
+def rebuild_tables() -> None:
+    """Every rank's tables are rebuilt at the next auto call (a change of settings uninstalls
+    the model's parameters, which that call installs again)."""
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
 
 
 def played() -> dict[str, int]:
@@ -105,18 +105,6 @@ def test_ranks_that_joined_at_different_calls_are_in_step_afterwards(table_with_
     row = played()
     assert row["calls"] == (20 if size > 1 else 0)
     assert comm.allgather(row) == [row] * size
-
-
-def test_the_selector_names_a_close_runner_up_per_range():
-    params = selector.Parameters(alpha=5e-6, beta=1e-9, gamma={"float32": 1e-10})
-    table = selector.build_table(4, params)
-    tries = selector.alternatives(table, 4, params)
-    for key, ranges in table.items():
-        assert len(tries[key]) == len(ranges)
-        for (_, winner), alternative in zip(ranges, tries[key]):
-            assert alternative != winner
-            assert alternative == "" or alternative in selector.candidates(*key)
-    assert any(a for row in tries.values() for a in row), "some range has a close runner-up"
 
 
 def test_ranks_on_the_slow_path_count_alike(table_with_alternative, comm, size):

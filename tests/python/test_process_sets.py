@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ringlet
+from ringlet import _core
 
 from conftest import exact_input, reference
 
@@ -196,7 +197,9 @@ def test_auto_in_a_set_runs_the_models_choice_at_the_sets_size(
 ) -> None:
     mine, _ = halves
     x = np.ones(300_000, dtype=np.float32)
-    expected = ringlet.selector.choose_in_set(x.nbytes, mine.size, "float32", "sum")
+    ringlet.allreduce(np.ones(1, np.float32), process_set=mine)  # the set's table, built
+    expected, basis, _ = _core.explain(x.nbytes, "float32", "sum", process_set=mine.id)
+    assert basis == ("one rank" if mine.size == 1 else "table")
     ringlet.reset_stats()
     np.testing.assert_array_equal(ringlet.allreduce(x, process_set=mine), x * mine.size)
     assert set(ringlet.stats()) == {expected}

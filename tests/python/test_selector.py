@@ -1,7 +1,9 @@
-"""The selector: its model, overrides, calibration cache, agreement across ranks, explain()."""
+"""auto's decisions as the core makes them, its overrides, the calibration and its cache,
+agreement across ranks, explain()."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -9,18 +11,37 @@ import pytest
 from mpi4py import MPI
 
 import ringlet
-from ringlet import _core, selector
+from ringlet import _core, calibration, selector
 
 SIZES = [2**k for k in range(0, 31)]
 
 
+def parameters(**values) -> str:
+    """The model's parameters as the core reads them: ``values``, and the built-in ones for the
+    rest."""
+    return _core.check_parameters(json.dumps(values))
+
+
+def model_seconds(nbytes: int, nodes: list[int], parameters_json: str,
+                  dtype: str = "float32", op: str = "sum") -> dict[str, float]:
+    """Each candidate's model time on ranks placed on ``nodes`` (a what-if), from the core."""
+    _, _, rows = _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes)
+    return {name: model for name, model, *_ in rows}
+
+
+def cheapest(nbytes: int, nodes: list[int], parameters_json: str, dtype: str = "float32",
+             op: str = "sum") -> str:
+    return _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes)[0]
+
+
 @pytest.fixture
 def fresh_table(monkeypatch):
-    """Rebuild the auto table inside the test and again afterwards (env overrides apply then)."""
-    _core.clear_auto_table()
+    """auto's table rebuilt inside the test and again afterwards (env overrides apply then):
+    a change of settings clears the installed parameters on every rank."""
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
     yield monkeypatch
     monkeypatch.undo()
-    _core.clear_auto_table()
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
 
 
 @pytest.fixture
@@ -29,12 +50,12 @@ def quick_calibration(monkeypatch, comm):
     base = comm.bcast(os.environ.get("RINGLET_CACHE_DIR", "build/test-cache"), root=0)
     directory = os.path.join(base, f"selector-{comm.bcast(os.getpid(), root=0)}")
     monkeypatch.setenv("RINGLET_CACHE_DIR", directory)
-    monkeypatch.setattr(selector, "CALIBRATION_SIZES", (8, 4096, 65536))
-    monkeypatch.setattr(selector, "LARGE_CALIBRATION_SIZE", 262144)
-    _core.clear_auto_table()
+    monkeypatch.setattr(calibration, "CALIBRATION_SIZES", (8, 4096, 65536))
+    monkeypatch.setattr(calibration, "LARGE_CALIBRATION_SIZE", 262144)
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
     yield directory
     monkeypatch.undo()
-    _core.clear_auto_table()
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
 
 
 def ran(algorithm_call) -> str:
@@ -46,27 +67,29 @@ def ran(algorithm_call) -> str:
     return next(iter(used))
 
 
-@pytest.mark.parametrize("algorithm", selector.ALGORITHMS)
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5, 8, 16, 64])
-def test_model_time_never_decreases_with_message_size(algorithm, ranks):
-    params = selector.Parameters(gamma={"float32": 1 / 20e9})
-    times = [selector.model_seconds(algorithm, m, ranks, "float32", params) for m in SIZES]
-    assert all(a <= b for a, b in zip(times, times[1:])), times
-    assert times[0] > 0
+def test_model_time_never_decreases_with_message_size(ranks):
+    prices = parameters(gamma={"float32": 1 / 20e9})
+    times = [model_seconds(m, [0] * ranks, prices) for m in SIZES]
+    for algorithm in times[0]:
+        series = [t[algorithm] for t in times]
+        assert all(a <= b for a, b in zip(series, series[1:])), (algorithm, series)
+        assert series[0] > 0, algorithm
 
 
 def test_model_prefers_latency_optimal_small_and_bandwidth_optimal_large():
-    params = selector.Parameters(alpha=5e-6, beta=1e-9, gamma={"float32": 1e-10})
+    prices = parameters(alpha=5e-6, beta=1e-9, gamma={"float32": 1e-10})
+    one_node = [0] * 16
     # One meeting in shared memory beats log2(16) messages where the ranks share memory.
-    latency_optimal = ("recursive_doubling", "mpi", "shm")
-    assert selector.best(64, 16, "float32", params) in latency_optimal
-    assert selector.best(256 << 20, 16, "float32", params) in (
+    assert cheapest(64, one_node, prices) in ("recursive_doubling", "mpi", "shm")
+    assert cheapest(256 << 20, one_node, prices) in (
         "ring", "pipelined_ring", "halving_doubling", "mpi"
     )
-    model = lambda a, m: selector.model_seconds(a, m, 16, "float32", params)  # noqa: E731
-    assert model("recursive_doubling", 64) < model("ring", 64)  # 4 rounds, not 30
-    assert model("shm", 64) < model("recursive_doubling", 64)  # 1 meeting, not 4 messages
-    assert model("ring", 256 << 20) < model("recursive_doubling", 256 << 20)
+    small, large = model_seconds(64, one_node, prices), model_seconds(256 << 20, one_node, prices)
+    assert small["recursive_doubling"] < small["ring"]  # 4 rounds, not 30
+    assert large["ring"] < large["recursive_doubling"]
+    if "shm" in small:  # where this job's ranks share memory
+        assert small["shm"] < small["recursive_doubling"]  # 1 meeting, not 4 messages
 
 
 BLOCK_4X2 = [0, 0, 1, 1, 2, 2, 3, 3]
@@ -78,42 +101,43 @@ def test_across_nodes_the_model_prices_each_nodes_link(nodes):
     """A 1 Gbit/s network under 20 GB/s nodes: the two tiers send the node's result once over
     each link (the bound, 2(H-1)/H m), the node-major ring a block per step, and a schedule
     that ignores nodes sends every rank's traffic over its node's link."""
-    params = selector.Parameters(alpha=1e-6, beta=1 / 20e9, gamma={"float32": 1 / 20e9},
-                                 alpha_across=50e-6, beta_across=8 / 1e9)
-    m, ranks, hosts = 16 << 20, len(nodes), len(set(nodes))
-    model = {a: selector.model_seconds(a, m, ranks, "float32", params, nodes)
-             for a in ("ring", "halving_doubling", "two_tier")}
-    bound = 2 * (hosts - 1) / hosts * m * params.beta_across
+    beta_across = 8 / 1e9
+    prices = parameters(alpha=1e-6, beta=1 / 20e9, gamma={"float32": 1 / 20e9},
+                        alpha_across=50e-6, beta_across=beta_across)
+    m, hosts = 16 << 20, len(set(nodes))
+    model = model_seconds(m, nodes, prices)
+    bound = 2 * (hosts - 1) / hosts * m * beta_across
     assert bound <= model["two_tier"] < 1.1 * bound, model
     assert model["two_tier"] < model["ring"] < model["halving_doubling"], model
     # On one node there is no link: the two tiers are the ring.
-    one = [0] * ranks
-    assert selector.model_seconds("two_tier", m, ranks, "float32", params, one) == \
-        selector.model_seconds("ring", m, ranks, "float32", params, one)
+    one = model_seconds(m, [0] * len(nodes), prices)
+    assert one["two_tier"] == one["ring"]
 
 
-def test_the_layout_is_the_communicators_own(comm, size):
-    nodes = selector.layout(size)
+def test_the_model_prices_the_communicators_own_placement(comm, size):
     node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     leaders = comm.allgather(node_comm.allreduce(comm.rank, op=MPI.MIN))
     node_comm.Free()
     firsts = list(dict.fromkeys(leaders))
-    assert nodes == [firsts.index(leader) for leader in leaders]
-    assert selector.layout(size + 3) == [0] * (size + 3)  # a what-if: one node
+    nodes = [firsts.index(leader) for leader in leaders]
+    assert _core.nodes(0) == nodes
+    prices = parameters(alpha_across=1e-3)
+    # Without a placement the core prices the communicator's, the same as naming it.
+    _, _, own = _core.explain(1 << 20, "float32", "sum", parameters=prices)
+    _, _, named = _core.explain(1 << 20, "float32", "sum", parameters=prices, nodes=nodes)
+    assert own == named
 
 
 def test_sixteen_bit_floats_and_float_min_max_never_go_to_mpi():
-    params = selector.Parameters(alpha=1e-7)  # an MPI allreduce would win small messages
-    table = selector.build_table(4, params)
+    prices = parameters(alpha=1e-7)  # an MPI allreduce would win small messages
+    candidates = lambda dtype, op="sum": set(model_seconds(8, [0] * 4, prices, dtype, op))  # noqa: E731
     for dtype in ("float16", "bfloat16"):
-        assert "mpi" not in selector.candidates(dtype)
         for op in ringlet.OPS:
-            assert all(name != "mpi" for _, name in table[dtype, op])
+            assert "mpi" not in candidates(dtype, op)
     for dtype in ("float32", "float64", "float16", "bfloat16"):
         for op in ("min", "max"):
-            assert "mpi" not in selector.candidates(dtype, op)
-            assert all(name != "mpi" for _, name in table[dtype, op])
-    assert "mpi" in selector.candidates("int64", "min")
+            assert "mpi" not in candidates(dtype, op)
+    assert "mpi" in candidates("int64", "min")
 
 
 def test_explicit_algorithm_beats_auto(size):
@@ -142,38 +166,42 @@ def test_environment_thresholds(fresh_table, size):
 
 def test_bad_environment_values_are_clear_errors(fresh_table):
     fresh_table.setenv("RINGLET_ALGORITHM", "tree")
-    with pytest.raises(ValueError, match=r"unknown algorithm 'tree'"):
+    with pytest.raises(ValueError, match=r'unknown algorithm .tree.'):
         ringlet.allreduce(np.ones(4, dtype=np.float32))
 
 
 def test_every_rank_makes_the_same_choices(comm):
     x = np.ones(3, dtype=np.float64)
-    ringlet.allreduce(x)  # builds the table (calibrating or loading the cache)
-    mine = repr(sorted(selector._table.items()))
-    assert all(other == mine for other in comm.allgather(mine))
-    choices = [selector.choose(m, ringlet.size(), "bfloat16", "sum") for m in SIZES]
+    ringlet.allreduce(x)  # installs the parameters (calibrating or loading the cache)
+    mine = _core.installed_parameters()
+    assert mine is not None and all(other == mine for other in comm.allgather(mine))
+    choices = [_core.explain(m, "bfloat16", "sum")[0] for m in SIZES]
     assert all(other == choices for other in comm.allgather(choices))
-    # The Rust table and the Python one agree.
-    for m in SIZES:
+    # What explain() reports is what a call runs.
+    for m in (8, 4096, 1 << 20):
         for op in ("sum", "max"):
-            python_choice = selector.choose(m, ringlet.size(), "float32", op)
-            assert _core.auto_choice("float32", op, m) == python_choice
+            y = np.ones(max(m // 4, 1), dtype=np.float32)
+            choice = _core.explain(y.nbytes, "float32", op)[0]
+            assert ran(lambda y=y, op=op: ringlet.allreduce(y, op, algorithm="auto")) == choice
 
 
 def test_calibration_round_trips_through_the_cache(quick_calibration, comm, size):
-    params = ringlet.calibrate()
+    found = ringlet.calibrate()
     if size == 1:
-        assert params.source.startswith("one rank")
+        assert found.source.startswith("one rank")
         return
-    assert params.alpha > 0 and params.beta > 0 and set(params.gamma) >= {"float32", "bfloat16"}
-    assert params.corrections["ring"], "calibration timed the candidates"
-    path = selector.cache_path(selector.calibration_key())
+    model = found.model()
+    assert model["alpha"] > 0 and model["beta"] > 0
+    assert set(model["gamma"]) >= {"float32", "bfloat16"}
+    assert model["corrections"]["ring"], "calibration timed the candidates"
+    assert _core.installed_parameters() == found.parameters, "calibrate() installs its result"
+    path = calibration.cache_path(calibration.calibration_key())
     if comm.rank == 0:
-        saved = selector.Parameters.from_json(path.read_text(), source="test")
-        assert saved.to_json() == params.to_json()
-    again = selector.parameters()
+        saved = calibration.Calibration.from_json(path.read_text(), source="test")
+        assert saved.to_json() == found.to_json()
+    again = calibration.parameters()
     assert again.source == str(path), "the second call reads the cache"
-    assert again.to_json() == params.to_json()
+    assert again.to_json() == found.to_json()
 
 
 def test_calibration_stops_at_its_budget(quick_calibration, monkeypatch, comm, size):
@@ -183,59 +211,75 @@ def test_calibration_stops_at_its_budget(quick_calibration, monkeypatch, comm, s
         assert ringlet.calibrate().source.startswith("one rank")
         return
     # 3 runs of 1 GiB per candidate take seconds even in memory: past the 3 s budget.
-    monkeypatch.setattr(selector, "CALIBRATION_SIZES", (8, 64, 4096))
-    monkeypatch.setattr(selector, "LARGE_CALIBRATION_SIZE", 1 << 30)
-    params = ringlet.calibrate()
-    timed = [b for b, _ in params.corrections["ring"]]
+    monkeypatch.setattr(calibration, "CALIBRATION_SIZES", (8, 64, 4096))
+    monkeypatch.setattr(calibration, "LARGE_CALIBRATION_SIZE", 1 << 30)
+    found = ringlet.calibrate()
+    corrections = found.model()["corrections"]
+    timed = [b for b, _ in corrections["ring"]]
     assert timed == [8, 64, 4096]
     assert all(other == timed for other in comm.allgather(timed))
-    assert all([b for b, _ in points] == timed for points in params.corrections.values()
-               if points)
-    assert params.calibration_seconds < selector.CALIBRATION_BUDGET + 2
+    assert all([b for b, _ in points] == timed for points in corrections.values() if points)
+    assert found.calibration_seconds < calibration.CALIBRATION_BUDGET + 2
     # Larger messages keep the last measured correction.
-    last = params.corrections["ring"][-1][1]
-    assert selector.correction("ring", 1 << 30, params) == pytest.approx(last)
+    last = corrections["ring"][-1][1]
+    _, _, rows = _core.explain(1 << 30, "float32", "sum", parameters=found.parameters)
+    assert {name: c for name, _, c, *_ in rows}["ring"] == pytest.approx(last)
 
 
 def test_corrupt_cache_is_recalibrated_with_a_warning(quick_calibration, comm, size):
     if size == 1:
-        assert selector.parameters().source.startswith("one rank")
+        assert calibration.parameters().source.startswith("one rank")
         return
-    path = selector.cache_path(selector.calibration_key())
+    path = calibration.cache_path(calibration.calibration_key())
     if comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("{ this is not json")
     comm.Barrier()
     if comm.rank == 0:
         with pytest.warns(RuntimeWarning, match="unreadable calibration cache"):
-            params = selector.parameters()
+            found = calibration.parameters()
     else:
-        params = selector.parameters()
-    assert params.source.startswith("calibrated now")
+        found = calibration.parameters()
+    assert found.source.startswith("calibrated now")
     if comm.rank == 0:
-        assert selector.Parameters.from_json(path.read_text(), "test").alpha == params.alpha
+        saved = calibration.Calibration.from_json(path.read_text(), "test")
+        assert saved.parameters == found.parameters
 
 
 def test_stale_cache_is_ignored(quick_calibration, comm, size):
     if size == 1:
         return
-    key = selector.calibration_key()
-    path = selector.cache_path(key)
-    stale = selector.Parameters(alpha=1.0, key={**key, "ringlet": "0.0.0"}, gamma={"float32": 1.0})
+    key = calibration.calibration_key()
+    path = calibration.cache_path(key)
+    stale = calibration.Calibration(parameters(alpha=1.0, gamma={"float32": 1.0}),
+                                    key={**key, "ringlet": "0.0.0"})
     if comm.rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(stale.to_json())
     comm.Barrier()
-    params = selector.parameters()
-    assert params.source.startswith("calibrated now") and params.alpha != 1.0
+    found = calibration.parameters()
+    assert found.source.startswith("calibrated now") and found.model()["alpha"] != 1.0
 
 
-@pytest.mark.parametrize(
-    "bad", [f'{{"format": {selector.CACHE_FORMAT}, "alpha": -1}}', "[1, 2]", '{"format": 99}']
-)
+@pytest.mark.parametrize("bad", [
+    f'{{"format": {calibration.CACHE_FORMAT}, "key": {{}}, "parameters": {{"alpha": -1}}}}',
+    f'{{"format": {calibration.CACHE_FORMAT}, "key": {{}}, "parameters": {{"beta": "x"}}}}',
+    f'{{"format": {calibration.CACHE_FORMAT}, "key": {{}}, "parameters": [1, 2]}}',
+    f'{{"format": {calibration.CACHE_FORMAT}, "parameters": {{}}}}',
+    "[1, 2]", '{"format": 99}',
+])
 def test_invalid_parameters_are_rejected(bad):
     with pytest.raises((ValueError, TypeError)):
-        selector.Parameters.from_json(bad, source="test")
+        calibration.Calibration.from_json(bad, source="test")
+
+
+def test_the_core_names_an_invalid_parameter():
+    with pytest.raises(ValueError, match="alpha must be a positive number"):
+        _core.check_parameters('{"alpha": -1}')
+    with pytest.raises(ValueError, match="complex64"):
+        _core.check_parameters('{"gamma": {"complex64": 1e-9}}')
+    with pytest.raises(ValueError, match="across_message_bytes"):
+        _core.install_parameters('{"across_message_bytes": 0}')
 
 
 def test_explain_prints_and_returns_each_candidate(capsys, size):
@@ -253,10 +297,6 @@ def test_explain_prints_and_returns_each_candidate(capsys, size):
     else:
         assert simulated["ring"] is not None and simulated["ring"] > 0
         assert simulated["mpi"] is None  # MPI's own algorithm is not ringlet's to replay
-        params = selector.parameters()
-        again = selector.simulated_seconds("ring", 1 << 20, "float32", params,
-                                           selector.layout(size))
-        assert again is not None and again > 0
 
     import ml_dtypes
 
@@ -273,20 +313,20 @@ def test_explain_reads_the_cached_calibration(quick_calibration, monkeypatch, co
         assert ringlet.explain(1000).parameters.startswith("one rank")
         return
     monkeypatch.setenv("RINGLET_CACHE_DIR", f"{quick_calibration}/explain")  # empty so far
-    path = selector.cache_path(selector.calibration_key())
-    monkeypatch.setattr(selector, "_params", None)  # as in a fresh process
+    path = calibration.cache_path(calibration.calibration_key())
+    assert _core.installed_parameters() is None, "the fixture cleared them: as a fresh process"
     assert ringlet.explain(1000).parameters.startswith("built-in defaults (no cached")
     ringlet.calibrate()  # writes the cache (rank 0)
     comm.Barrier()
-    cached = selector.Parameters.from_json(path.read_text(), source="test") if comm.rank == 0 \
-        else None
-    monkeypatch.setattr(selector, "_params", None)
+    cached = calibration.Calibration.from_json(path.read_text(), source="test") \
+        if comm.rank == 0 else None
+    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])  # uninstalls them
     explanation = ringlet.explain(1000)
     assert explanation.parameters == str(path)
     if comm.rank == 0:
-        assert explanation.candidates[0].model_us == pytest.approx(
-            selector.model_seconds(explanation.candidates[0].algorithm, 1000, size, "float32",
-                                   cached) * 1e6)
+        expected = model_seconds(1000, _core.nodes(0), cached.parameters)
+        assert {c.algorithm: c.model_us for c in explanation.candidates} == pytest.approx(
+            {name: seconds * 1e6 for name, seconds in expected.items()})
 
 
 def test_explain_agrees_with_what_auto_runs(comm, size):
@@ -298,14 +338,16 @@ def test_explain_agrees_with_what_auto_runs(comm, size):
 
 
 def test_pieces_between_nodes_replace_whole_messages_only_when_clearly_faster():
-    pick_limit, WHOLE_MESSAGES = selector.pick_limit, selector.WHOLE_MESSAGES
-    whole = 10.0
-    just_enough = whole * selector.PIECES_GAIN * 0.99
-    assert pick_limit({WHOLE_MESSAGES: whole, 32768: just_enough, 16384: whole}) == 32768
+    whole_messages, *pieces = _core.message_limit_options()
+    assert whole_messages == 2**31 - 1 and pieces, "whole messages first, then pieces"
+    choose = _core.choose_message_limit
+    assert choose([(whole_messages, 10.0), (pieces[0], 8.9), (pieces[-1], 10.0)]) == pieces[0]
     # A tie, or a gain below the threshold, keeps whole messages.
-    assert pick_limit({WHOLE_MESSAGES: whole, 32768: whole * 0.95}) == WHOLE_MESSAGES
+    assert choose([(whole_messages, 10.0), (pieces[0], 9.5)]) == whole_messages
     # The fastest of the pieces wins; whole messages may well be the fastest.
-    assert pick_limit({WHOLE_MESSAGES: whole, 32768: 7.0, 16384: 6.0}) == 16384
-    assert pick_limit({WHOLE_MESSAGES: 5.0, 32768: 7.0}) == WHOLE_MESSAGES
+    assert choose([(whole_messages, 10.0), (32768, 7.0), (16384, 6.0)]) == 16384
+    assert choose([(whole_messages, 5.0), (32768, 7.0)]) == whole_messages
     # Only the user's limit timed: it stays.
-    assert pick_limit({4096: 3.0}) == 4096
+    assert choose([(4096, 3.0)]) == 4096
+    with pytest.raises(ValueError):
+        choose([])

@@ -54,7 +54,7 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
 def test_the_python_package_has_no_import_cycles():
     modules = python_modules()
     graph = {name: imports_of(path, modules) for name, path in modules.items()}
-    assert graph["ringlet._allreduce"] >= {"ringlet.selector"}, "the parser sees imports"
+    assert graph["ringlet._allreduce"] >= {"ringlet.calibration"}, "the parser sees imports"
     state: dict[str, str] = {}
 
     def visit(node: str, trail: list[str]) -> None:
