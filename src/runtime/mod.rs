@@ -24,6 +24,7 @@ pub mod mpi_library;
 pub mod process;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod replay;
 pub mod shared;
 pub mod stall;
 
