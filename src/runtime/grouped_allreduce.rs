@@ -276,7 +276,7 @@ pub fn allreduce_group_on(
 
 #[cfg(test)]
 mod tests {
-    use super::fusion_runs;
+    use super::*;
 
     #[test]
     fn runs_fill_buffers_in_order_and_isolate_large_arrays() {
