@@ -102,7 +102,7 @@ impl Parent {
     /// (the Python layer passes only `py2f()` of a live mpi4py communicator).
     pub fn handle(&self) -> Result<ParentHandle> {
         if !is_running() {
-            return Err(not_running("MPI_Comm_f2c"));
+            return Err(not_running("reading a communicator's handle"));
         }
         // SAFETY: MPI is running (checked above); this reads the predefined COMM_WORLD handle,
         // or converts a Fortran handle, which any value may be passed to.
