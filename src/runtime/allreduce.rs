@@ -2,8 +2,8 @@
 
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::join::Replay;
 use super::process::{self, SetId};
+use super::replay::Replay;
 use crate::auto::{self, Pick};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};

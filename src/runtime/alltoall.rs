@@ -4,8 +4,8 @@
 
 use super::allgather::Gathered;
 use super::call::{Call, Element, Kind, Shape};
+use super::choice::pick;
 use super::communicator::Communicator;
-use super::pick;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
 use crate::schedules::{Alltoall, ALLTOALL};

@@ -2,7 +2,7 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choose;
+use super::choice::choose;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};

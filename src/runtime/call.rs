@@ -1,7 +1,7 @@
 //! What one rank is about to do, in the form the consistency check compares and the error
 //! messages describe: "allreduce #17 of float32[4, 6] sum (ring)".
 
-use super::join::Replay;
+use super::replay::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 
@@ -14,9 +14,9 @@ pub enum Kind {
     Alltoall,
     Barrier,
     Reduce,
-    /// A rank with no more collectives to make (see [`super::join`]).
+    /// A rank with no more collectives to make (`join`).
     Join,
-    /// An array in shared memory (see [`super::shared`]).
+    /// An array in shared memory (`ringlet.empty`).
     Allocate,
 }
 

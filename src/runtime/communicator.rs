@@ -206,7 +206,7 @@ impl Communicator {
     /// the ranks stay in step: if every rank refused, each returns `Ok` here (and then its own
     /// error); otherwise every rank gets `MismatchError` naming who passed what.
     ///
-    /// Ranks that have joined take part in the call if they can (see [`super::join`]).
+    /// Ranks that have joined take part in the call if they can (its [`Call::replay`]).
     pub fn begin(&self, call: &Call, refused: Option<&CoreError>) -> Result<u64> {
         let role = match call.replay {
             Some(replay) if refused.is_none() => Role::Replay(replay.encode()),

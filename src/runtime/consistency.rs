@@ -6,7 +6,7 @@
 //! only when they do not, an allgather of everyone's description names who passed what, and
 //! every rank raises the same `MismatchError` before any data moves.
 //!
-//! Ranks that have joined ([`super::join`]) disagree with every call but another join. When the
+//! Ranks that have joined (`join`) disagree with every call but another join. When the
 //! others all pass the same sum or avg allreduce, the joined ranks learn how to take part in it
 //! from its [`Role::Replay`], and the call goes ahead; any other call raises on the others.
 
@@ -21,7 +21,7 @@ use crate::transport::Transport;
 pub enum Role {
     /// A call that joined ranks cannot take part in.
     Plain,
-    /// A call that joined ranks can replay from these bytes ([`super::join::Replay`]).
+    /// A call that joined ranks can replay from these bytes ([`super::replay::Replay`]).
     Replay(Vec<u8>),
     /// This rank has joined.
     Joined,

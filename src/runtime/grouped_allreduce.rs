@@ -17,8 +17,8 @@ use super::allreduce::{choose_on, refine, Chosen};
 use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
-use super::join::Replay;
 use super::process::{self, SetId};
+use super::replay::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{convert, Finish};
@@ -278,7 +278,7 @@ pub fn allreduce_group_on(
 
 #[cfg(test)]
 mod tests {
-    use super::fusion_runs;
+    use super::*;
 
     #[test]
     fn runs_fill_buffers_in_order_and_isolate_large_arrays() {

@@ -10,107 +10,35 @@
 use super::communicator::Communicator;
 use super::consistency::Agreement;
 use super::process::{self, SetId};
+use super::replay::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::recursive_doubling::RecursiveDoubling;
-use crate::schedules::{self, Factors, Parts, Tuning, ALLREDUCE};
+use crate::schedules::{self, Parts, Tuning, ALLREDUCE};
 use crate::worker;
 
-/// How a joined rank takes part in an allreduce: the schedule, the elements and op on the wire,
-/// the factors folded into it, and the pieces (one message each) the others send.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Replay {
-    pub algorithm: &'static str,
-    pub dtype: DType,
-    pub op: ReduceOp,
-    pub factors: Factors,
-    pub pieces: Vec<usize>,
-}
-
-impl Replay {
-    /// The replay of an allreduce, if a joined rank can take part in it: zeros change a sum,
-    /// and so an average, by nothing; min, max and prod have no such element for every dtype.
-    pub fn of(
-        algorithm: &'static str,
-        dtype: DType,
-        op: ReduceOp,
-        factors: Factors,
-        pieces: Vec<usize>,
-    ) -> Option<Replay> {
-        matches!(op, ReduceOp::Sum | ReduceOp::Avg).then_some(Replay {
-            algorithm,
-            dtype,
-            op,
-            factors,
-            pieces,
-        })
+/// Take part in an allreduce as `replay` describes it, with zeros (whatever arrives is
+/// discarded).
+fn replay_with_zeros(replay: &Replay, comm: &Communicator, tuning: &Tuning) -> Result<()> {
+    let schedule = schedules::find(ALLREDUCE, replay.algorithm)?;
+    let mut zeros = vec![0u8; replay.pieces.iter().sum()];
+    let mut pieces = Vec::with_capacity(replay.pieces.len());
+    let mut rest = zeros.as_mut_slice();
+    for &len in &replay.pieces {
+        let (piece, tail) = rest.split_at_mut(len);
+        pieces.push(piece);
+        rest = tail;
     }
-
-    pub fn encode(&self) -> Vec<u8> {
-        let index = |found: Option<usize>| found.unwrap_or(usize::MAX) as u64;
-        let mut words = vec![
-            index(DType::ALL.iter().position(|&d| d == self.dtype)),
-            index(ReduceOp::ALL.iter().position(|&o| o == self.op)),
-            self.factors.pre.to_bits(),
-            self.factors.post.to_bits(),
-            self.pieces.len() as u64,
-        ];
-        words.extend(self.pieces.iter().map(|&p| p as u64));
-        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        bytes.extend_from_slice(self.algorithm.as_bytes());
-        bytes
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Replay> {
-        let broken = || CoreError::Communication("internal: a malformed join replay".into());
-        let word = |i: usize| -> Result<u64> {
-            let chunk = bytes.get(8 * i..8 * i + 8).ok_or_else(broken)?;
-            Ok(u64::from_le_bytes(chunk.try_into().map_err(|_| broken())?))
-        };
-        let dtype = *DType::ALL.get(word(0)? as usize).ok_or_else(broken)?;
-        let op = *ReduceOp::ALL.get(word(1)? as usize).ok_or_else(broken)?;
-        let factors = Factors {
-            pre: f64::from_bits(word(2)?),
-            post: f64::from_bits(word(3)?),
-        };
-        let count = word(4)? as usize;
-        let pieces = (0..count)
-            .map(|i| word(5 + i).map(|p| p as usize))
-            .collect::<Result<Vec<_>>>()?;
-        let name = std::str::from_utf8(bytes.get(8 * (5 + count)..).ok_or_else(broken)?)
-            .map_err(|_| broken())?;
-        let algorithm = schedules::find(ALLREDUCE, name)?.name();
-        Ok(Replay {
-            algorithm,
-            dtype,
-            op,
-            factors,
-            pieces,
-        })
-    }
-
-    /// Run it with zeros (whatever arrives is discarded).
-    fn run(&self, comm: &Communicator, tuning: &Tuning) -> Result<()> {
-        let schedule = schedules::find(ALLREDUCE, self.algorithm)?;
-        let mut zeros = vec![0u8; self.pieces.iter().sum()];
-        let mut pieces = Vec::with_capacity(self.pieces.len());
-        let mut rest = zeros.as_mut_slice();
-        for &len in &self.pieces {
-            let (piece, tail) = rest.split_at_mut(len);
-            pieces.push(piece);
-            rest = tail;
-        }
-        let mut parts = Parts::new(pieces);
-        schedules::allreduce(
-            comm.transport(),
-            schedule,
-            &mut parts,
-            self.dtype,
-            self.op,
-            self.factors,
-            tuning,
-        )
-    }
+    let mut parts = Parts::new(pieces);
+    schedules::allreduce(
+        comm.transport(),
+        schedule,
+        &mut parts,
+        replay.dtype,
+        replay.op,
+        replay.factors,
+        tuning,
+    )
 }
 
 /// Join on process set `set` (after any queued work); the rank that joined last.
@@ -132,7 +60,9 @@ pub fn join_on(comm: &Communicator, thread: u64) -> Result<usize> {
     loop {
         match comm.begin_joined(thread)? {
             Agreement::Same => break,
-            Agreement::WithJoined(replay) => Replay::decode(&replay)?.run(comm, &tuning)?,
+            Agreement::WithJoined(replay) => {
+                replay_with_zeros(&Replay::decode(&replay)?, comm, &tuning)?
+            }
             Agreement::Idle => {}
         }
     }

@@ -16,6 +16,7 @@ pub mod alltoall;
 pub mod broadcast;
 pub mod buffer;
 pub mod call;
+pub mod choice;
 pub mod communicator;
 pub mod consistency;
 pub mod grouped_allreduce;
@@ -24,6 +25,7 @@ pub mod mpi_library;
 pub mod process;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod replay;
 pub mod selection;
 pub mod shared;
 pub mod stall;
@@ -45,49 +47,6 @@ use communicator::Communicator;
 pub use communicator::Settings;
 pub use probe::Tier;
 use process::{SetId, WORLD};
-
-/// The algorithm `name` names in `registry`; "auto" is the first registered (for alltoall,
-/// whose sizes differ between ranks, so that the ranks could not agree on a priced choice).
-fn pick<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
-    match (name, registry.first()) {
-        ("auto", Some(first)) => Ok(*first),
-        _ => schedules::find(registry, name),
-    }
-}
-
-/// The algorithm `name` names in `registry`, or for "auto" the one the cost model prices
-/// lowest for `bytes` on `comm`'s ranks ([`crate::auto::choose_cheapest`]; the same on every
-/// rank). `reducing`: the dtype and op it combines, if it combines.
-fn choose<T: Algorithm + ?Sized>(
-    registry: &[&'static T],
-    name: &str,
-    comm: &Communicator,
-    bytes: usize,
-    reducing: Option<(DType, ReduceOp)>,
-) -> Result<&'static T> {
-    if name != "auto" {
-        return schedules::find(registry, name);
-    }
-    let tuning = comm.settings().tuning;
-    let parameters = crate::auto::model::current();
-    let pricing = crate::auto::Pricing {
-        parameters: &parameters,
-        tuning: &tuning,
-        corrected: false,
-    };
-    crate::auto::choose_cheapest(registry, comm.transport(), pricing, bytes, reducing).ok_or_else(
-        || {
-            CoreError::InvalidArgument(match reducing {
-                Some((dtype, op)) => format!(
-                    "no algorithm can combine {} with {:?} here",
-                    dtype.name(),
-                    op.name()
-                ),
-                None => "no algorithm can run here".into(),
-            })
-        },
-    )
-}
 
 /// Wait until every rank has called it (after any queued work).
 pub fn barrier(set: SetId) -> Result<()> {

@@ -3,47 +3,8 @@
 //! and a launcher of another MPI than the library's (every rank would run as a job of one).
 
 use crate::error::{CoreError, Result};
-use crate::transport::mpi::check;
-use mpi::ffi;
-use std::ffi::{c_char, c_int, CStr};
-
-extern "C" {
-    fn ringlet_mpi_built_with() -> *const c_char;
-}
-
-/// The MPI ringlet's C shim was compiled against, e.g. "Open MPI 4.1.4" or "MPICH 4.0.2".
-pub fn built_with() -> String {
-    // SAFETY: the shim returns a pointer to a NUL-terminated string literal.
-    let text = unsafe { CStr::from_ptr(ringlet_mpi_built_with()) };
-    text.to_string_lossy().into_owned()
-}
-
-/// The MPI library's own description of itself, e.g. "Open MPI v4.1.4, ...".
-pub fn library_version() -> Result<String> {
-    let mut text = vec![0u8; ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
-    let mut len = 0;
-    // SAFETY: `text` has room for MPI_MAX_LIBRARY_VERSION_STRING bytes; callable before init.
-    let code = unsafe { ffi::MPI_Get_library_version(text.as_mut_ptr().cast(), &mut len) };
-    check(code, "MPI_Get_library_version")?;
-    text.truncate(len.max(0) as usize);
-    Ok(String::from_utf8_lossy(&text)
-        .trim_end_matches('\0')
-        .trim_end()
-        .to_string())
-}
-
-/// This process's host, as MPI names it (falls back to "unknown").
-pub fn processor_name() -> String {
-    let mut name = vec![0u8; ffi::MPI_MAX_PROCESSOR_NAME as usize + 1];
-    let mut len: c_int = 0;
-    // SAFETY: `name` has room for MPI_MAX_PROCESSOR_NAME bytes; MPI is initialized.
-    let code = unsafe { ffi::MPI_Get_processor_name(name.as_mut_ptr().cast(), &mut len) };
-    if check(code, "MPI_Get_processor_name").is_err() {
-        return "unknown".into();
-    }
-    name.truncate(len.max(0) as usize);
-    String::from_utf8_lossy(&name).into_owned()
-}
+use crate::transport::environment;
+pub use crate::transport::environment::{built_with, library_version};
 
 /// The two ABI families an MPI library belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +58,7 @@ pub fn check_runtime() -> Result<()> {
             )));
         }
     }
-    let world = super::process::world_size()?;
+    let world = environment::world_size()?;
     check_launcher(world, &first_line, |name| std::env::var(name).ok())
 }
 

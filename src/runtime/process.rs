@@ -8,11 +8,10 @@ use super::mpi_library;
 use super::stall::{stderr_sink, StallPolicy};
 use crate::error::{CoreError, Result};
 use crate::kernels::Level;
-use crate::transport::mpi::{check, MpiTransport};
+pub use crate::transport::environment::Parent;
+use crate::transport::environment::{self, StartedMpi, ThreadLevel};
+use crate::transport::mpi::MpiTransport;
 use crate::transport::mpi_shm::Unavailable;
-use mpi::environment::Universe;
-use mpi::ffi;
-use mpi::Threading;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,10 +20,10 @@ use std::time::Duration;
 
 struct State {
     /// Present when ringlet called MPI_Init_thread; dropping it calls MPI_Finalize.
-    universe: Option<Universe>,
+    started_mpi: Option<StartedMpi>,
     /// ringlet's communicator; `None` before `init` and after `shutdown`.
     communicator: Option<Communicator<MpiTransport>>,
-    threading: Threading,
+    threading: ThreadLevel,
     /// The process sets this rank belongs to, by id.
     sets: BTreeMap<SetId, Communicator<MpiTransport>>,
     /// The ranks of every process set added on ringlet's communicator, by id; every rank
@@ -39,15 +38,15 @@ pub type SetId = u32;
 /// ringlet's communicator (MPI_COMM_WORLD's duplicate, or the one `init` was given).
 pub const WORLD: SetId = 0;
 
-// SAFETY: `Universe` holds no thread-bound state (an optional attached buffer), and the
-// communicator's transport is Send (see MpiTransport); both are only touched under the mutex,
-// and dropping the universe (MPI_Finalize) happens in `finalize` under the mutex.
+// SAFETY: `StartedMpi` holds no thread-bound state (rsmpi's universe: an optional attached
+// buffer), and the communicator's transport is Send (see MpiTransport); both are only touched
+// under the mutex, and finalizing MPI happens in `finalize` under the mutex.
 unsafe impl Send for State {}
 
 static STATE: Mutex<State> = Mutex::new(State {
-    universe: None,
+    started_mpi: None,
     communicator: None,
-    threading: Threading::Single,
+    threading: ThreadLevel::Single,
     sets: BTreeMap::new(),
     set_ranks: BTreeMap::new(),
     next_set: WORLD + 1,
@@ -69,78 +68,38 @@ pub struct InitInfo {
     pub thread_level: &'static str,
 }
 
-fn level_name(threading: Threading) -> &'static str {
-    match threading {
-        Threading::Single => "single",
-        Threading::Funneled => "funneled",
-        Threading::Serialized => "serialized",
-        Threading::Multiple => "multiple",
-    }
-}
-
-/// Where ringlet's communicator comes from.
-pub enum Parent {
-    World,
-    /// A Fortran handle (`MPI_Comm_c2f`), which is how mpi4py hands out communicators portably
-    /// across MPI libraries (`Comm.py2f()`).
-    Fortran(i64),
-}
-
 /// Initialize MPI if nobody has (asking for MPI_THREAD_MULTIPLE) and set up ringlet's
 /// communicator as a duplicate of `parent`. With `Parent::World` and a communicator already set
 /// up, this does nothing; with a user's communicator it replaces the current one.
 pub fn init(parent: Parent) -> Result<InitInfo> {
     let mut state = state();
-    if mpi::is_finalized() {
+    if environment::is_finalized() {
         return Err(CoreError::Communication(
             "MPI has already been finalized in this process; it cannot be started again".into(),
         ));
     }
     let mut options = options_from_env()?;
-    if state.universe.is_none() {
-        match mpi::initialize_with_threading(Threading::Multiple) {
-            Some((universe, granted)) => {
-                state.universe = Some(universe);
-                state.threading = granted;
-            }
-            None => state.threading = mpi::environment::threading_support(),
-        }
+    if state.started_mpi.is_none() {
+        let (started_mpi, threading) = environment::initialize();
+        state.started_mpi = started_mpi;
+        state.threading = threading;
     }
     mpi_library::check_runtime()?;
-    options.host = mpi_library::processor_name();
+    options.host = environment::processor_name();
     let replace = matches!(parent, Parent::Fortran(_)) || state.communicator.is_none();
     if replace {
-        // SAFETY: reading the predefined COMM_WORLD handle, or converting a Fortran handle; the
-        // Python layer passes only `py2f()` of a live mpi4py communicator.
-        let handle = unsafe {
-            match parent {
-                Parent::World => ffi::RSMPI_COMM_WORLD,
-                Parent::Fortran(fortran) => {
-                    let fint = ffi::RSMPI_Fint::try_from(fortran).map_err(|_| {
-                        CoreError::InvalidArgument(format!("{fortran} is not a Fortran handle"))
-                    })?;
-                    ffi::RSMPI_Comm_f2c(fint)
-                }
-            }
-        };
-        // SAFETY: reading a predefined handle constant.
-        if handle == unsafe { ffi::RSMPI_COMM_NULL } {
-            return Err(CoreError::InvalidArgument(
-                "the communicator is MPI_COMM_NULL".into(),
-            ));
-        }
+        let handle = parent.handle()?;
         // Free the old duplicate first, and the process sets made from it.
         state.clear_sets();
         state.communicator = None;
-        // SAFETY: MPI is initialized (above) and `handle` is a live communicator (see above).
-        let mut transport = unsafe { MpiTransport::duplicate(handle)? };
+        let mut transport = handle.duplicate()?;
         transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         state.communicator = Some(Communicator::new(transport, options)?);
         crate::auto::clear(); // its choices were for the previous communicator
     }
     Ok(InitInfo {
-        owns_mpi: state.universe.is_some(),
-        thread_level: level_name(state.threading),
+        owns_mpi: state.started_mpi.is_some(),
+        thread_level: state.threading.name(),
     })
 }
 
@@ -227,7 +186,7 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
     if let Some(mut transport) = part {
         transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         let mut options = options_from_env()?;
-        options.host = mpi_library::processor_name();
+        options.host = environment::processor_name();
         let mut communicator = Communicator::new(transport, options)?;
         communicator.set_settings(settings)?;
         state.sets.insert(id, communicator);
@@ -360,30 +319,10 @@ pub fn finalize() -> bool {
     if let Some(communicator) = state.communicator.take() {
         communicator.into_transport().release();
     }
-    match state.universe.take() {
-        Some(universe) if !mpi::is_finalized() => {
-            drop(universe);
-            true
-        }
-        Some(universe) => {
-            // Someone else finalized already; dropping would finalize twice.
-            std::mem::forget(universe);
-            false
-        }
-        None => false,
-    }
+    state.started_mpi.take().is_some_and(StartedMpi::finalize)
 }
 
 /// End every process of the job now (MPI_Abort on MPI_COMM_WORLD).
 pub fn abort(code: i32) -> ! {
     crate::transport::mpi::abort(code)
-}
-
-/// The number of processes MPI_COMM_WORLD holds.
-pub(super) fn world_size() -> Result<usize> {
-    let mut size = 0;
-    // SAFETY: MPI is initialized by the caller; `size` is a live local.
-    let code = unsafe { ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size) };
-    check(code, "MPI_Comm_size")?;
-    Ok(size.max(0) as usize)
 }

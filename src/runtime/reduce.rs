@@ -3,7 +3,7 @@
 
 use super::allreduce::check_array;
 use super::call::{Call, Element, Kind, Shape};
-use super::choose;
+use super::choice::choose;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};

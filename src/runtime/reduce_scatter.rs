@@ -4,7 +4,7 @@
 use super::allreduce::check_array;
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choose;
+use super::choice::choose;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};

@@ -28,6 +28,7 @@
 //! match data messages (the runtime's stall inspector reports with them). And while a wait
 //! lasts, the transport tells its [`Watcher`], if it has one, how long it has been waiting.
 
+pub mod environment;
 pub mod library;
 pub mod local;
 pub mod mpi;
