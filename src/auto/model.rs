@@ -116,7 +116,12 @@ impl Parameters {
             }
         }
         for (dtype, value) in &self.gamma {
-            DType::from_name(dtype)?;
+            if DType::from_name(dtype).is_err() {
+                return invalid(format!(
+                    "the cost model's gamma names {dtype:?}, which is not a dtype ringlet \
+                     reduces"
+                ));
+            }
             if !(value.is_finite() && *value > 0.0) {
                 return invalid(format!(
                     "the cost model's gamma for {dtype} must be a positive number, got {value}"

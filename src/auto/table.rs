@@ -45,6 +45,9 @@ pub enum Source<'a> {
 impl Table {
     /// The table for `transport`'s ranks.
     pub fn build(transport: &dyn Transport, source: Source<'_>) -> Result<Table> {
+        if let Source::Spec(spec) = source {
+            from_spec(spec, &[])?; // a bad override is an error on any number of ranks
+        }
         let mut ranges = Vec::new();
         let mut by_candidates: Vec<(DType, Vec<&'static str>, Vec<Range>)> = Vec::new();
         for dtype in DType::ALL {

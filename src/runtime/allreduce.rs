@@ -114,20 +114,25 @@ pub(super) fn choose_on(
     nbytes: usize,
 ) -> Result<Chosen> {
     let transport = comm.transport();
-    // On one rank every schedule returns at once: nothing to choose or learn.
-    if algorithm != "auto" || comm.size() <= 1 {
-        let name = if algorithm == "auto" {
-            auto::FALLBACK
-        } else {
-            algorithm
-        };
-        let schedule = named(name, dtype, op, transport)?;
+    if algorithm != "auto" {
+        let schedule = named(algorithm, dtype, op, transport)?;
         return Ok(Chosen {
             schedule,
             pick: None,
         });
     }
     let tuning = comm.settings().tuning;
+    if comm.size() <= 1 {
+        // Every schedule returns at once on one rank: nothing to learn (the table still
+        // checks the environment's override).
+        let schedule = comm
+            .refiner()
+            .winner(dtype, op, nbytes, transport, &tuning)?;
+        return Ok(Chosen {
+            schedule,
+            pick: None,
+        });
+    }
     let pick = comm.refiner().pick(dtype, op, nbytes, transport, &tuning)?;
     Ok(Chosen {
         schedule: pick.schedule,
