@@ -483,6 +483,12 @@ impl Algorithm for Unfolded {
     fn name(&self) -> &'static str {
         "unfolded"
     }
+    fn description(&self) -> &'static str {
+        self.0.description()
+    }
+    fn best_for(&self) -> &'static str {
+        self.0.best_for()
+    }
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
         self.0.cost(ranks, bytes, tuning)
     }
