@@ -16,6 +16,14 @@ impl Algorithm for Direct {
         "direct"
     }
 
+    fn description(&self) -> &'static str {
+        "every rank sends its whole vector to every other rank and combines all N in rank order: one round of N-1 messages of m bytes"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "small messages on few ranks"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (others, m) = (ranks.saturating_sub(1) as f64, bytes as f64);
         Cost {

@@ -12,6 +12,14 @@ impl Algorithm for Binomial {
         "binomial"
     }
 
+    fn description(&self) -> &'static str {
+        "the root's vector down a binomial tree: ⌈log2 N⌉ rounds, each rank receives it once from its parent and sends it to its children"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "short messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         // The root sends the whole vector once per round, ⌈log2 N⌉ rounds.
         let rounds = ranks.max(1).next_power_of_two().trailing_zeros() as f64;

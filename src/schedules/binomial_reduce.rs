@@ -16,6 +16,14 @@ impl Algorithm for BinomialReduce {
         "binomial"
     }
 
+    fn description(&self) -> &'static str {
+        "partial results up a binomial tree to the root: ⌈log2 N⌉ rounds, the root combines ⌈log2 N⌉ whole vectors"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "short messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         // The root receives and combines the whole vector once per round.
         let rounds = ranks.max(1).next_power_of_two().trailing_zeros() as f64;

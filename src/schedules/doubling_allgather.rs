@@ -20,6 +20,14 @@ impl Algorithm for DoublingAllgather {
         "recursive_doubling"
     }
 
+    fn description(&self) -> &'static str {
+        "log2 N steps, each swapping everything held so far with the rank 2^k away; the same bytes as the ring; non-powers of two fold as MPICH does"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "short messages, many ranks"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let pof2 = largest_power_of_two(ranks.max(1));
         let (n, p, m) = (ranks.max(1) as f64, pof2 as f64, bytes as f64);

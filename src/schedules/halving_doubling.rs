@@ -77,6 +77,14 @@ impl Algorithm for HalvingDoubling {
         "halving_doubling"
     }
 
+    fn description(&self) -> &'static str {
+        "Rabenseifner: recursive halving reduce-scatter, recursive doubling allgather, 2·log2 N steps; non-powers of two fold the extra ranks first (MPICH)"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "large messages, many ranks"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (pof2, m) = (largest_power_of_two(ranks.max(1)), bytes as f64);
         let p = pof2 as f64;

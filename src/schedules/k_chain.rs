@@ -46,6 +46,14 @@ impl Algorithm for KChain {
         "k_chain"
     }
 
+    fn description(&self) -> &'static str {
+        "Kurnosov: the other ranks form k = ⌈√(N-1)⌉ chains passing partial results to their heads, which send them to the root; O(√N) time"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "many ranks, where a hop costs more than the root's combine (Kurnosov's LogP analysis)"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         if ranks <= 1 {
             return Cost::default();

@@ -20,6 +20,18 @@ impl Algorithm for Mpi {
         "mpi"
     }
 
+    fn description(&self) -> &'static str {
+        "the MPI library's own `MPI_Allreduce` (not for 16-bit floats)"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "comparison"
+    }
+
+    fn unavailable(&self, transport: &dyn Transport) -> Option<String> {
+        library(transport, self.name()).err().map(|e| e.to_string())
+    }
+
     fn support(&self, dtype: DType, op: ReduceOp) -> Support {
         support(dtype, op)
     }

@@ -21,6 +21,14 @@ impl Algorithm for MpiReduce {
         "mpi"
     }
 
+    fn description(&self) -> &'static str {
+        "the MPI library's own `MPI_Reduce` (not for 16-bit floats)"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "comparison"
+    }
+
     fn support(&self, dtype: DType, op: ReduceOp) -> Support {
         support(dtype, op)
     }

@@ -15,6 +15,14 @@ impl Algorithm for PairwiseAlltoall {
         "pairwise"
     }
 
+    fn description(&self) -> &'static str {
+        "N-1 steps, in step k each rank sends its block for rank r+k and receives rank r-k's; each byte sent once, the lower bound"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "any size (the only alltoall)"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         Cost {

@@ -72,6 +72,14 @@ impl Algorithm for PipelinedRing {
         "pipelined_ring"
     }
 
+    fn description(&self) -> &'static str {
+        "the ring with each block cut into segments (256 KiB, `ringlet.settings(segment_bytes=...)`) sent nonblocking; a segment is reduced while the next is in flight and forwarded at once"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "large messages, beyond the cache"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         let segments = (m / n / tuning.segment_bytes.max(1) as f64).ceil().max(1.0);

@@ -29,6 +29,14 @@ impl Algorithm for PriorityHalving {
         "priority_halving"
     }
 
+    fn description(&self) -> &'static str {
+        "Gavahi: recursive halving with one nonblocking message per block, each block reduced only when it is about to be sent on, so that reductions overlap the transfers; more messages"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "very long messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         halving_cost(ranks, bytes, |p| (p - 1) as f64)
     }

@@ -28,6 +28,14 @@ impl Algorithm for RecursiveDoubling {
         "recursive_doubling"
     }
 
+    fn description(&self) -> &'static str {
+        "log2 N rounds exchanging the whole vector"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "small messages (latency-bound)"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let pof2 = largest_power_of_two(ranks.max(1));
         let folded = pof2 != ranks;

@@ -25,6 +25,14 @@ impl Algorithm for RecursiveHalving {
         "recursive_halving"
     }
 
+    fn description(&self) -> &'static str {
+        "MPICH's: log2 N steps, each swapping half of what a rank is still responsible for with the rank half the group away; the same bytes as the ring; non-powers of two fold first"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "short and medium messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         halving_cost(ranks, bytes, |p| log2_floor(p) as f64)
     }

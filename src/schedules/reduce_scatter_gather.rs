@@ -21,6 +21,14 @@ impl Algorithm for ReduceScatterGather {
         "reduce_scatter_gather"
     }
 
+    fn description(&self) -> &'static str {
+        "Rabenseifner: recursive-halving reduce-scatter (MPICH's fold for non-powers of two), then a binomial gather to the root, which moves (N-1)/N·m each way"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "long messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
         // Halving-doubling's allreduce has the same rounds and bytes: the gather moves what
         // its allgather does, along one side of each pair.

@@ -38,6 +38,14 @@ impl Algorithm for Ring {
         "ring"
     }
 
+    fn description(&self) -> &'static str {
+        "reduce-scatter then allgather around a ring, 2(N-1) steps of m/N bytes; each rank sends 2(N-1)/N·m, the lower bound"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "large messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         Cost {

@@ -15,6 +15,14 @@ impl Algorithm for RingAllgather {
         "ring"
     }
 
+    fn description(&self) -> &'static str {
+        "N-1 steps around the ring, each rank passing on the block it received last; each rank sends (N-1)/N·m, the lower bound"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "long messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         Cost {

@@ -15,6 +15,14 @@ impl Algorithm for RingReduceScatter {
         "ring"
     }
 
+    fn description(&self) -> &'static str {
+        "N-1 steps around the ring, each rank folding in the block from its left and passing one to its right; (N-1)/N·m sent per rank, the lower bound; scratch is one block"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "long messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         Cost {

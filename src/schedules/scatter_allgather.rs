@@ -21,6 +21,14 @@ impl Algorithm for ScatterAllgather {
         "scatter_allgather"
     }
 
+    fn description(&self) -> &'static str {
+        "van de Geijn: a binomial scatter of N blocks from the root, then a ring allgather; the root sends (N-1)/N·m"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "long messages"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks.max(1) as f64, bytes as f64);
         let rounds = ranks.max(1).next_power_of_two().trailing_zeros() as f64;

@@ -59,6 +59,14 @@ impl Algorithm for Shm {
         "shm"
     }
 
+    fn description(&self) -> &'static str {
+        "through the node's shared memory, no messages (one-shot or two-shot, above); only where every rank shares one node"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "small messages on one node; arrays from `ringlet.empty`"
+    }
+
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks as f64, bytes as f64);
         if bytes <= one_shot_max(ranks) {

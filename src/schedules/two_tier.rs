@@ -66,6 +66,14 @@ impl Algorithm for TwoTier {
         "two_tier"
     }
 
+    fn description(&self) -> &'static str {
+        "reduce-scatter inside each node, then one allreduce per local rank across the nodes, all at once, on its share (ring, halving-doubling or recursive doubling, whichever the model prefers for a network), then allgather inside each node; a node's link carries 2(H-1)/H·m, the bound for H nodes; on one node it is the ring"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "large messages across nodes"
+    }
+
     /// On one node it is the ring.
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
         Ring.cost(ranks, bytes, tuning)

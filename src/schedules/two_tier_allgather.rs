@@ -27,6 +27,14 @@ impl Algorithm for TwoTierAllgather {
         "two_tier"
     }
 
+    fn description(&self) -> &'static str {
+        "inside each node, then k rings across the nodes at once (one per local rank, each with a share), then inside each node; a node's link carries (H-1)/H·m each way; on one node it is the ring"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "ranks on several nodes, placed in any order"
+    }
+
     /// On one node it is the ring.
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let (n, m) = (ranks.max(1) as f64, bytes as f64);

@@ -32,6 +32,14 @@ impl Algorithm for TwoTierBroadcast {
         "two_tier"
     }
 
+    fn description(&self) -> &'static str {
+        "across the nodes among one rank per node, then inside each node, each phase binomial or scatter-allgather by size; on one node it is the binomial tree"
+    }
+
+    fn best_for(&self) -> &'static str {
+        "ranks on several nodes, placed in any order"
+    }
+
     /// On one node it is the binomial tree.
     fn cost(&self, ranks: usize, bytes: usize, tuning: &Tuning) -> Cost {
         Binomial.cost(ranks, bytes, tuning)

@@ -4,10 +4,95 @@
 #![allow(dead_code)]
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::{self, Allreduce, Factors, Parts, Tuning};
+use _core::schedules::{self, Algorithm, Allreduce, Factors, Parts, Tuning, ALLREDUCE};
 use _core::scratch;
 use _core::transport::local::LocalTransport;
 use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
+
+/// The names in `RINGLET_TEST_ALGORITHMS` (comma-separated), to which the tests that walk a
+/// registry narrow themselves (`RINGLET_TEST_ALGORITHMS=direct cargo test --test schedules`);
+/// `None`: every algorithm. A name no registry holds is an error, so a typo cannot pass.
+pub fn only() -> Option<Vec<String>> {
+    let names: Vec<String> = std::env::var("RINGLET_TEST_ALGORITHMS")
+        .ok()?
+        .split(',')
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let known = |name: &str| {
+        ALLREDUCE.iter().any(|a| a.name() == name)
+            || schedules::BROADCAST.iter().any(|a| a.name() == name)
+            || schedules::REDUCE.iter().any(|a| a.name() == name)
+            || schedules::ALLGATHER.iter().any(|a| a.name() == name)
+            || schedules::REDUCE_SCATTER.iter().any(|a| a.name() == name)
+            || schedules::ALLTOALL.iter().any(|a| a.name() == name)
+    };
+    for name in &names {
+        assert!(
+            known(name),
+            "RINGLET_TEST_ALGORITHMS: no algorithm is called {name:?}"
+        );
+    }
+    assert!(
+        !names.is_empty(),
+        "RINGLET_TEST_ALGORITHMS names no algorithm"
+    );
+    Some(names)
+}
+
+/// Whether `name` is among [`only`]'s (every name when it is unset).
+pub fn selected(name: &str) -> bool {
+    only().is_none_or(|names| names.iter().any(|n| n == name))
+}
+
+/// Why `algorithm` cannot run on in-process ranks, if it cannot (asked of a group of two on one
+/// node, with shared memory: `mpi` needs an MPI communicator).
+pub fn unavailable_in_process<T: Algorithm + ?Sized>(algorithm: &T) -> Option<String> {
+    let probe = LocalTransport::group(2).remove(0);
+    algorithm.unavailable(&probe)
+}
+
+/// The registered allreduce algorithms the tests that walk ALLREDUCE run: every one that can
+/// run on in-process ranks, narrowed by [`only`].
+pub fn allreduce_under_test() -> Vec<&'static dyn Allreduce> {
+    ALLREDUCE
+        .iter()
+        .copied()
+        .filter(|a| unavailable_in_process(*a).is_none() && selected(a.name()))
+        .collect()
+}
+
+/// Asserts that `test` ran exactly the allreduce algorithms it should, `ran` (in the order it
+/// ran them): every registered one, but those that say they cannot run in process, narrowed by
+/// [`only`]; never none. Prints them (seen with `--nocapture`).
+pub fn assert_covered(test: &str, ran: &[&str]) {
+    let mut expected = Vec::new();
+    let mut skipped = Vec::new();
+    for algorithm in ALLREDUCE {
+        match unavailable_in_process(*algorithm) {
+            Some(why) => skipped.push(format!("{} ({why})", algorithm.name())),
+            None if selected(algorithm.name()) => expected.push(algorithm.name()),
+            None => {}
+        }
+    }
+    assert!(
+        !expected.is_empty(),
+        "{test}: no allreduce algorithm to run"
+    );
+    assert_eq!(
+        ran, expected,
+        "{test}: the allreduce algorithms run are not every one that runs in process"
+    );
+    println!(
+        "{test} covered allreduce: {} (skipped, not in process: {})",
+        ran.join(", "),
+        if skipped.is_empty() {
+            "none".to_string()
+        } else {
+            skipped.join("; ")
+        }
+    );
+}
 
 /// What one rank saw of a run.
 pub struct RankOutcome {

@@ -1,8 +1,9 @@
 """Adding an algorithm is one file plus one registration line, and nothing else: a copy of the
 project gets `examples/new_algorithm/direct.rs` as `src/schedules/direct.rs` and one line in the
 ALLREDUCE registry; built, the new algorithm appears in `ringlet.ALGORITHMS`, reduces correctly
-under mpirun, is a candidate in `explain()`, and runs in the benchmark. Plain pytest (it builds
-and launches jobs itself)."""
+under mpirun, is a candidate in `explain()`, and runs in the benchmark; the copy's exhaustive,
+property and simulator tests run it, and its README table generator gives it a row. Plain
+pytest (it builds and launches jobs itself)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ import sysconfig
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "src/schedules/mod.rs"
 LAST_ALLREDUCE_ENTRY = "        mpi::Mpi,\n"
 
 
 def copy_project(into: Path) -> None:
-    for name in ("Cargo.toml", "Cargo.lock", "build.rs"):
+    for name in ("Cargo.toml", "Cargo.lock", "build.rs", "README.md"):
         shutil.copy2(ROOT / name, into / name)
     for name in ("src", "python", "benches", "tests"):
         shutil.copytree(ROOT / name, into / name,
@@ -42,6 +45,9 @@ def changed_lines(before: str, after: str) -> list[str]:
     return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 
+# The copy's crate compiles from scratch (its artifacts are keyed by its path), then its test
+# binaries, and the exhaustive test runs `direct` at up to 32 ranks: beyond the default 300 s.
+@pytest.mark.timeout(1800)
 def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     tree = tmp_path / "ringlet"
     tree.mkdir()
@@ -97,3 +103,29 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     assert bench.returncode == 0, bench.stdout + bench.stderr
     rows = [line.split() for line in bench.stdout.splitlines()]
     assert any(len(row) > 2 and row[1] == "direct" for row in rows), bench.stdout
+
+    # The Rust tests walk the registries: in the copy, with no other edit, the exhaustive and
+    # property tests of tests/schedules.rs and tests/properties.rs and the simulator's test run
+    # `direct` (narrowed to it by RINGLET_TEST_ALGORITHMS; each prints what it covered), and
+    # tests/readme.rs, blessed, gives README's table a `direct` row. Same target directory and
+    # profile as the build above: only the test binaries compile.
+    rust_tests = subprocess.run(
+        ["cargo", "test", "--quiet", "--test", "schedules", "--test", "properties",
+         "--test", "simulate", "--test", "readme", "--",
+         "every_schedule_is_exact", "any_schedule", "recorded_traffic", "readme_algorithm_table",
+         "--nocapture"],
+        cwd=tree, env={**env, "RINGLET_TEST_ALGORITHMS": "direct", "RINGLET_BLESS": "1"},
+        text=True, capture_output=True, timeout=1800,
+    )
+    report = rust_tests.stdout + rust_tests.stderr
+    assert rust_tests.returncode == 0, report
+    for covered in ("exhaustive, part 1 covered allreduce: direct (",
+                    "exhaustive, part 2 covered allreduce: direct (",
+                    "property covered allreduce: direct (",
+                    "simulator covered: allreduce direct ("):
+        assert covered in report, f"missing {covered!r}:\n{report}"
+    passed = [line for line in report.splitlines() if line.startswith("test result: ok.")]
+    assert len(passed) == 4 and all(not line.startswith("test result: ok. 0 passed")
+                                    for line in passed), report
+    readme = changed_lines((ROOT / "README.md").read_text(), (tree / "README.md").read_text())
+    assert len(readme) == 1 and readme[0].startswith("+| `direct` | every rank sends"), readme
