@@ -44,9 +44,6 @@ impl Algorithm for Mpi {
         }
     }
 
-    fn unavailable(&self, transport: &dyn Transport) -> Option<String> {
-        library(transport, self.name()).err().map(|e| e.to_string())
-    }
 }
 
 impl Allreduce for Mpi {
