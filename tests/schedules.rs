@@ -541,7 +541,7 @@ fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
     };
     // Every schedule scales exactly; those that fold it match the caller's sweeps bit for bit.
     for (name, _, _) in ring_and_doubling_family() {
-        let schedule = _core::schedules::find(_core::schedules::ALLREDUCE, name).unwrap();
+        let schedule = _core::schedules::by_name(_core::schedules::ALLREDUCE, name).unwrap();
         assert!(schedule.folds_scaling(), "{name} folds");
     }
     yield_while_waiting();

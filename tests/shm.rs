@@ -5,7 +5,7 @@
 mod common;
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::shm::{one_shot_max, Shm, CHUNK_BYTES};
+use _core::schedules::shm::{one_shot_max, Shm, SEGMENT_BYTES};
 use _core::schedules::{self, Algorithm, Factors, Parts, Tuning};
 use _core::transport::local::LocalTransport;
 use _core::transport::waiting::set_wait_policy;
@@ -21,15 +21,15 @@ fn yield_while_waiting() {
 /// Element counts around each path's edges for `dtype`.
 fn counts(n: usize, dtype: DType) -> Vec<usize> {
     let one_shot = one_shot_max(n) / dtype.size();
-    let chunk = CHUNK_BYTES / dtype.size();
+    let segment = SEGMENT_BYTES / dtype.size();
     vec![
         0,
         1,
         n + 1,
         one_shot,
         one_shot + 1,
-        chunk * 2 + n + 3,
-        chunk * 4 - 1,
+        segment * 2 + n + 3,
+        segment * 4 - 1,
     ]
 }
 
@@ -84,7 +84,7 @@ fn shm_results_are_bit_identical_on_every_rank_and_reduced_in_rank_order() {
     yield_while_waiting();
     for n in [2usize, 3, 5, 8] {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
-            for count in [4099usize, CHUNK_BYTES / 2 * 3 + 5] {
+            for count in [4099usize, SEGMENT_BYTES / 2 * 3 + 5] {
                 let values: Vec<Vec<f64>> = (0..n).map(|r| noise(r as u64 + 1, count)).collect();
                 let inputs: Vec<Vec<u8>> = values.iter().map(|v| encode(dtype, v)).collect();
                 let outcomes = run_group(&Shm, inputs.clone(), dtype, ReduceOp::Sum, usize::MAX);
@@ -180,7 +180,7 @@ fn run_in_arrays(n: usize, values: &[Vec<u8>], in_array: &[bool], dtype: DType) 
 fn vectors_in_shared_arrays_are_reduced_in_place_alone_or_mixed_with_private_ones() {
     yield_while_waiting();
     for n in [2usize, 3, 4] {
-        for count in [10usize, CHUNK_BYTES / 4 * 2 + 3] {
+        for count in [10usize, SEGMENT_BYTES / 4 * 2 + 3] {
             let (inputs, expected) = float32_sums(n, count);
             for pattern in [vec![true; n], (0..n).map(|r| r % 2 == 0).collect()] {
                 for (rank, result) in run_in_arrays(n, &inputs, &pattern, DType::F32)
@@ -232,7 +232,7 @@ fn shm_both_paths_small() {
                 check(n, count, dtype, ReduceOp::Sum, None);
             }
         }
-        let count = CHUNK_BYTES / 4 + 3;
+        let count = SEGMENT_BYTES / 4 + 3;
         let (inputs, expected) = float32_sums(n, count);
         let pattern: Vec<bool> = (0..n).map(|r| r == 0).collect();
         for result in run_in_arrays(n, &inputs, &pattern, DType::F32) {

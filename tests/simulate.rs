@@ -49,23 +49,23 @@ fn measured(collective: &str, algorithm: &str, labels: &[usize], len: usize) -> 
                     let result = match collective {
                         "allreduce" => schedules::allreduce(
                             &t,
-                            schedules::find(ALLREDUCE, algorithm).unwrap(),
+                            schedules::by_name(ALLREDUCE, algorithm).unwrap(),
                             &mut Parts::one(buf),
                             DType::F32,
                             ReduceOp::Sum,
                             Factors::NONE,
                             &Tuning::default(),
                         ),
-                        "reduce" => schedules::find(REDUCE, algorithm)
+                        "reduce" => schedules::by_name(REDUCE, algorithm)
                             .unwrap()
                             .run(&t, buf, 0, &reduction),
-                        "broadcast" => schedules::find(BROADCAST, algorithm)
+                        "broadcast" => schedules::by_name(BROADCAST, algorithm)
                             .unwrap()
                             .run(&t, buf, 0),
-                        "allgather" => schedules::find(ALLGATHER, algorithm)
+                        "allgather" => schedules::by_name(ALLGATHER, algorithm)
                             .unwrap()
                             .run(&t, buf, &blocks),
-                        _ => schedules::find(REDUCE_SCATTER, algorithm)
+                        _ => schedules::by_name(REDUCE_SCATTER, algorithm)
                             .unwrap()
                             .run(&t, buf, &blocks, &reduction),
                     };

@@ -310,13 +310,13 @@ fn no_range(dtype: DType, op: ReduceOp) -> CoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedules::{find, ALLREDUCE};
+    use crate::schedules::{by_name, ALLREDUCE};
     use crate::transport::local::LocalTransport;
 
     /// A refiner playing one range for float32 sums: the ring, with halving-doubling as the
     /// runner-up.
     fn refiner_with_runner_up(enabled: bool) -> Refiner {
-        let named = |name| find(ALLREDUCE, name).expect("registered");
+        let named = |name| by_name(ALLREDUCE, name).expect("registered");
         let range = Range {
             upper: u64::MAX,
             winner: named("ring"),

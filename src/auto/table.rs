@@ -119,7 +119,7 @@ impl Range {
 }
 
 fn fallback() -> Result<&'static dyn Allreduce> {
-    schedules::find(ALLREDUCE, FALLBACK)
+    schedules::by_name(ALLREDUCE, FALLBACK)
 }
 
 /// The winner at sizes 2^(k/2), merged into ranges, each with its runner-up.
@@ -199,7 +199,7 @@ fn runner_up(
 /// "mpi" for 16-bit floats) gives way to the fallback (a runner-up, to none).
 fn from_spec(spec: &str, options: &[&'static dyn Allreduce]) -> Result<Vec<Range>> {
     let candidate = |name: &str| -> Result<Option<&'static dyn Allreduce>> {
-        let named = schedules::find(ALLREDUCE, name.trim()).map_err(|e| {
+        let named = schedules::by_name(ALLREDUCE, name.trim()).map_err(|e| {
             CoreError::InvalidArgument(format!("in the environment's auto table ({spec:?}): {e}"))
         })?;
         Ok(options.iter().copied().find(|a| a.name() == named.name()))

@@ -3,7 +3,7 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::choose;
+use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
@@ -76,7 +76,7 @@ pub fn allgather_on(
     // totals on every rank, so the same choice.
     let named = match algorithm {
         "auto" => Ok(None),
-        name => schedules::find(ALLGATHER, name).map(Some),
+        name => schedules::by_name(ALLGATHER, name).map(Some),
     };
     let chosen = named.and_then(|schedule| {
         check_rows(input, itemsize, shape)?;
@@ -99,7 +99,7 @@ pub fn allgather_on(
     comm.begin(&call, None)?;
     let by_size = |bytes: usize| match named {
         Some(schedule) => Ok(schedule),
-        None => choose(ALLGATHER, "auto", comm, bytes, None),
+        None => cheapest_or_named(ALLGATHER, "auto", comm, bytes, None),
     };
     let counts = row_counts(comm, by_size(8 * comm.size())?, shape[0])?;
     let row_bytes = itemsize * shape[1..].iter().product::<usize>();

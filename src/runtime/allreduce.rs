@@ -179,7 +179,7 @@ fn named(
     op: ReduceOp,
     transport: &dyn Transport,
 ) -> Result<&'static dyn Allreduce> {
-    let schedule = schedules::find(ALLREDUCE, name)?;
+    let schedule = schedules::by_name(ALLREDUCE, name)?;
     schedules::check_support(ALLREDUCE, schedule, dtype, op)?;
     if let Some(why) = schedule.unavailable(transport) {
         return Err(CoreError::InvalidArgument(format!(
@@ -203,7 +203,7 @@ pub fn ready(algorithm: &str, dtype: DType, op: ReduceOp) -> bool {
 /// Whether `name` is a registered algorithm that can reduce `dtype` with `op` (wherever it
 /// can run).
 pub fn can_reduce(name: &str, dtype: DType, op: ReduceOp) -> bool {
-    schedules::find(ALLREDUCE, name)
+    schedules::by_name(ALLREDUCE, name)
         .and_then(|schedule| schedules::check_support(ALLREDUCE, schedule, dtype, op))
         .is_ok()
 }

@@ -4,7 +4,7 @@
 
 use super::allgather::Gathered;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::pick;
+use super::choice::first_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
@@ -45,7 +45,7 @@ pub fn alltoall_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<Gathered> {
-    let chosen = pick(ALLTOALL, algorithm).and_then(|schedule| {
+    let chosen = first_or_named(ALLTOALL, algorithm).and_then(|schedule| {
         check(input, itemsize, shape, splits, comm.size())?;
         Ok(schedule)
     });

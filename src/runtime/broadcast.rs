@@ -2,7 +2,7 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::choose;
+use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::error::{CoreError, Result};
@@ -66,16 +66,18 @@ pub fn broadcast_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<()> {
-    let chosen = choose(BROADCAST, algorithm, comm, array.bytes.len(), None).and_then(|schedule| {
-        if root >= comm.size() {
-            return Err(CoreError::InvalidArgument(format!(
-                "root {root} is outside the {} ranks (0..{})",
-                comm.size(),
-                comm.size() - 1
-            )));
-        }
-        Ok(schedule)
-    });
+    let chosen = cheapest_or_named(BROADCAST, algorithm, comm, array.bytes.len(), None).and_then(
+        |schedule| {
+            if root >= comm.size() {
+                return Err(CoreError::InvalidArgument(format!(
+                    "root {root} is outside the {} ranks (0..{})",
+                    comm.size(),
+                    comm.size() - 1
+                )));
+            }
+            Ok(schedule)
+        },
+    );
     let call = Call {
         element: Element::Named(array.dtype),
         shape: Shape::Array(array.shape),

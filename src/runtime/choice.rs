@@ -8,20 +8,20 @@ use crate::schedules::{self, Algorithm};
 
 /// The algorithm `name` names in `registry`; "auto" is the first registered (for alltoall,
 /// whose sizes differ between ranks, so that the ranks could not agree on a priced choice).
-pub(super) fn pick<T: Algorithm + ?Sized>(
+pub(super) fn first_or_named<T: Algorithm + ?Sized>(
     registry: &[&'static T],
     name: &str,
 ) -> Result<&'static T> {
     match (name, registry.first()) {
         ("auto", Some(first)) => Ok(*first),
-        _ => schedules::find(registry, name),
+        _ => schedules::by_name(registry, name),
     }
 }
 
 /// The algorithm `name` names in `registry`, or for "auto" the one the cost model prices
 /// lowest for `bytes` on `comm`'s ranks ([`crate::auto::choose_cheapest`]; the same on every
 /// rank). `reducing`: the dtype and op it combines, if it combines.
-pub(super) fn choose<T: Algorithm + ?Sized>(
+pub(super) fn cheapest_or_named<T: Algorithm + ?Sized>(
     registry: &[&'static T],
     name: &str,
     comm: &Communicator,
@@ -29,7 +29,7 @@ pub(super) fn choose<T: Algorithm + ?Sized>(
     reducing: Option<(DType, ReduceOp)>,
 ) -> Result<&'static T> {
     if name != "auto" {
-        return schedules::find(registry, name);
+        return schedules::by_name(registry, name);
     }
     let tuning = comm.settings().tuning;
     let parameters = crate::auto::model::current();

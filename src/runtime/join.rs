@@ -20,7 +20,7 @@ use crate::worker;
 /// Take part in an allreduce as `replay` describes it, with zeros (whatever arrives is
 /// discarded).
 fn replay_with_zeros(replay: &Replay, comm: &Communicator, tuning: &Tuning) -> Result<()> {
-    let schedule = schedules::find(ALLREDUCE, replay.algorithm)?;
+    let schedule = schedules::by_name(ALLREDUCE, replay.algorithm)?;
     let mut zeros = vec![0u8; replay.pieces.iter().sum()];
     let mut pieces = Vec::with_capacity(replay.pieces.len());
     let mut rest = zeros.as_mut_slice();

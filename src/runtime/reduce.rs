@@ -3,7 +3,7 @@
 
 use super::allreduce::check_array;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::choose;
+use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
@@ -66,24 +66,25 @@ pub fn reduce_on(
 ) -> Result<bool> {
     let ranks = comm.size();
     let len = data.input().len();
-    let chosen = choose(REDUCE, algorithm, comm, len, Some((dtype, op))).and_then(|schedule| {
-        schedules::check_support(REDUCE, schedule, dtype, op)?;
-        if let Some(reason) = schedule.unavailable(comm.transport()) {
-            return Err(CoreError::InvalidArgument(format!(
-                "reduce algorithm {:?} cannot run here: {reason}",
-                schedule.name()
-            )));
-        }
-        check_array(data.input(), dtype, shape)?;
-        if root >= ranks {
-            return Err(CoreError::InvalidArgument(format!(
-                "root {root} is outside the {ranks} ranks (0..{})",
-                ranks - 1
-            )));
-        }
-        check_target(&data, comm.rank() == root)?;
-        Ok(schedule)
-    });
+    let chosen =
+        cheapest_or_named(REDUCE, algorithm, comm, len, Some((dtype, op))).and_then(|schedule| {
+            schedules::check_support(REDUCE, schedule, dtype, op)?;
+            if let Some(reason) = schedule.unavailable(comm.transport()) {
+                return Err(CoreError::InvalidArgument(format!(
+                    "reduce algorithm {:?} cannot run here: {reason}",
+                    schedule.name()
+                )));
+            }
+            check_array(data.input(), dtype, shape)?;
+            if root >= ranks {
+                return Err(CoreError::InvalidArgument(format!(
+                    "root {root} is outside the {ranks} ranks (0..{})",
+                    ranks - 1
+                )));
+            }
+            check_target(&data, comm.rank() == root)?;
+            Ok(schedule)
+        });
     let call = Call {
         element: Element::Typed(dtype),
         op: Some(op),

@@ -4,7 +4,7 @@
 use super::allreduce::check_array;
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::choose;
+use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
 use crate::dtype::{DType, ReduceOp};
@@ -80,7 +80,7 @@ pub fn reduce_scatter_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<Block> {
-    let chosen = choose(
+    let chosen = cheapest_or_named(
         REDUCE_SCATTER,
         algorithm,
         comm,

@@ -69,7 +69,7 @@ impl Replay {
             .collect::<Result<Vec<_>>>()?;
         let name = std::str::from_utf8(bytes.get(8 * (5 + count)..).ok_or_else(broken)?)
             .map_err(|_| broken())?;
-        let algorithm = schedules::find(ALLREDUCE, name)?.name();
+        let algorithm = schedules::by_name(ALLREDUCE, name)?.name();
         Ok(Replay {
             algorithm,
             dtype,

@@ -399,7 +399,7 @@ pub trait ReduceScatter: Algorithm {
 }
 
 /// The algorithm called `name` in `registry`, or an error listing the accepted names.
-pub fn find<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
+pub fn by_name<T: Algorithm + ?Sized>(registry: &[&'static T], name: &str) -> Result<&'static T> {
     registry
         .iter()
         .copied()

@@ -6,10 +6,10 @@
 //!   area, posts one step, and then reduces every rank's copy into its own vector. One meeting
 //!   per call; the areas alternate by step parity, so the next call never overwrites what a
 //!   slower rank still reads (to post two steps later a rank must have seen that rank's next).
-//! - **Two-shot** (larger): the vector goes in chunks of [`CHUNK_BYTES`], each cut into one
-//!   slice per rank. For each chunk a rank copies it in, meets the others, then copies out the
-//!   previous chunk's reduced slices while reducing its own slice of this chunk, in place. The
-//!   staging area is a ring of three chunk slots, so memory stays bounded and cache-resident
+//! - **Two-shot** (larger): the vector goes in segments of [`SEGMENT_BYTES`], each cut into one
+//!   slice per rank. For each segment a rank copies it in, meets the others, then copies out the
+//!   previous segment's reduced slices while reducing its own slice of this segment, in place. The
+//!   staging area is a ring of three segment slots, so memory stays bounded and cache-resident
 //!   whatever the size. A vector that already lives in shared memory (a `ringlet.empty` array)
 //!   is not copied in: the others reduce it where it is, and only the results are copied out.
 //!
@@ -39,10 +39,10 @@ pub fn one_shot_max(ranks: usize) -> usize {
     let n = ranks.max(2);
     ONE_SHOT_MAX * 8 / (n * n * n)
 }
-/// The two-shot path's chunk (three slots fit a staging area).
-pub const CHUNK_BYTES: usize = 1 << 20;
+/// The two-shot path's segment (three slots fit a staging area).
+pub const SEGMENT_BYTES: usize = 1 << 20;
 const SLOTS: usize = 3;
-const _: () = assert!(2 * ONE_SHOT_MAX <= AREA_BYTES && SLOTS * CHUNK_BYTES <= AREA_BYTES);
+const _: () = assert!(2 * ONE_SHOT_MAX <= AREA_BYTES && SLOTS * SEGMENT_BYTES <= AREA_BYTES);
 
 /// Elements combined per pass of the fold (an f32 block of this many stays in L1).
 const FOLD_ELEMENTS: usize = 2048;
@@ -76,9 +76,9 @@ impl Algorithm for Shm {
                 reduced: n * m,
             };
         }
-        let chunks = bytes.div_ceil(CHUNK_BYTES) as f64;
+        let segments = bytes.div_ceil(SEGMENT_BYTES) as f64;
         Cost {
-            messages: MEETING * (chunks + 2.0),
+            messages: MEETING * (segments + 2.0),
             bytes: m + (n - 1.0) / n * m,
             reduced: m,
         }
@@ -158,17 +158,17 @@ fn one_shot(
 /// Where a rank's vector lies for the two-shot path.
 #[derive(Clone, Copy)]
 enum Source {
-    /// In its staging area, one chunk per slot.
+    /// In its staging area, one segment per slot.
     Staged(*mut u8),
     /// At this address in a shared array, whole.
     InArray(*mut u8),
 }
 
 impl Source {
-    /// The start of chunk `chunk` (which starts at byte `start` of the vector).
-    fn chunk(self, chunk: usize, start: usize) -> *mut u8 {
+    /// The start of segment `segment` (which starts at byte `start` of the vector).
+    fn segment(self, segment: usize, start: usize) -> *mut u8 {
         match self {
-            Source::Staged(area) => area.wrapping_add((chunk % SLOTS) * CHUNK_BYTES),
+            Source::Staged(area) => area.wrapping_add((segment % SLOTS) * SEGMENT_BYTES),
             Source::InArray(base) => base.wrapping_add(start),
         }
     }
@@ -182,7 +182,7 @@ enum Own {
     /// One private buffer: only the others' slices are copied in, this rank reads its own slice
     /// where it is, and writes its reduced slice both there and to its area for the others.
     Private(*mut u8),
-    /// Several private buffers: every chunk is copied in whole, and copied out whole.
+    /// Several private buffers: every segment is copied in whole, and copied out whole.
     Pieces,
 }
 
@@ -229,14 +229,14 @@ fn two_shot(
         });
     }
     let mine = sources[rank];
-    let chunks = len.div_ceil(CHUNK_BYTES);
-    let chunk_range = |c: usize| c * CHUNK_BYTES..((c + 1) * CHUNK_BYTES).min(len);
-    let slices = |c: usize| Blocks::new(chunk_range(c).len() / elem, ranks, elem);
-    for c in 0..=chunks {
-        if c < chunks && own != Own::InArray {
-            let range = chunk_range(c);
-            let slot = mine.chunk(c, range.start);
-            // The others need every slice of this chunk but this rank's own, unless this rank
+    let segments = len.div_ceil(SEGMENT_BYTES);
+    let segment_range = |c: usize| c * SEGMENT_BYTES..((c + 1) * SEGMENT_BYTES).min(len);
+    let slices = |c: usize| Blocks::new(segment_range(c).len() / elem, ranks, elem);
+    for c in 0..=segments {
+        if c < segments && own != Own::InArray {
+            let range = segment_range(c);
+            let slot = mine.segment(c, range.start);
+            // The others need every slice of this segment but this rank's own, unless this rank
             // must reduce in its area (several buffers).
             let skip = match own {
                 Own::Private(_) => slices(c).block(rank),
@@ -244,7 +244,7 @@ fn two_shot(
             };
             for part in [0..skip.start, skip.end..range.len()] {
                 // SAFETY: slot c % 3 of this rank's area is its own: the others read it last
-                // for chunk c - 3, before their post that this rank waited for at chunk c - 1.
+                // for segment c - 3, before their post that this rank waited for at segment c - 1.
                 unsafe {
                     gather(buf, range.start + part.start, slot.wrapping_add(part.start), part.len())?
                 };
@@ -252,26 +252,26 @@ fn two_shot(
         }
         flags.sync(transport, [0; WORDS])?;
         if c >= 1 {
-            let range = chunk_range(c - 1);
+            let range = segment_range(c - 1);
             for (r, source) in sources.iter().enumerate() {
                 if r == rank && own != Own::Pieces {
                     continue; // reduced where it is already
                 }
                 let slice = slices(c - 1).block(r);
-                let from = source.chunk(c - 1, range.start).wrapping_add(slice.start);
+                let from = source.segment(c - 1, range.start).wrapping_add(slice.start);
                 // SAFETY: rank r reduced this slice before the step just met and writes it
                 // no more; the destination is this rank's own.
                 unsafe { scatter(from, buf, range.start + slice.start, slice.len())? };
             }
         }
-        if c < chunks {
-            let range = chunk_range(c);
+        if c < segments {
+            let range = segment_range(c);
             let slice = slices(c).block(rank);
             let at = |source: Source| {
-                source.chunk(c, range.start).wrapping_add(slice.start) as *const u8
+                source.segment(c, range.start).wrapping_add(slice.start) as *const u8
             };
             let mut inputs: Vec<*const u8> = sources.iter().map(|&s| at(s)).collect();
-            let in_area = mine.chunk(c, range.start).wrapping_add(slice.start);
+            let in_area = mine.segment(c, range.start).wrapping_add(slice.start);
             let outputs = match own {
                 Own::Private(base) => {
                     let here = base.wrapping_add(range.start + slice.start);
@@ -280,7 +280,7 @@ fn two_shot(
                 }
                 _ => vec![in_area],
             };
-            // SAFETY: every rank's chunk c is in place (posted before the step just met); this
+            // SAFETY: every rank's segment c is in place (posted before the step just met); this
             // rank alone reads and writes slice `rank` of it (and of its own buffer) until the
             // next step.
             unsafe { fold(reduction, &inputs, &outputs, slice.len())? };

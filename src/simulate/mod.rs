@@ -81,7 +81,7 @@ pub fn programs(
         let (ran, _) = kernels::counting(|| -> Result<()> {
             match collective {
                 "allreduce" => {
-                    let schedule = schedules::find(ALLREDUCE, algorithm)?;
+                    let schedule = schedules::by_name(ALLREDUCE, algorithm)?;
                     refuse_unavailable(schedule, &recorder)?;
                     let mut parts = Parts::one(buf);
                     schedules::allreduce(
@@ -95,22 +95,22 @@ pub fn programs(
                     )
                 }
                 "reduce" => {
-                    let schedule = schedules::find(REDUCE, algorithm)?;
+                    let schedule = schedules::by_name(REDUCE, algorithm)?;
                     refuse_unavailable(schedule, &recorder)?;
                     schedule.run(&recorder, buf, 0, &reduction)
                 }
                 "broadcast" => {
-                    let schedule = schedules::find(BROADCAST, algorithm)?;
+                    let schedule = schedules::by_name(BROADCAST, algorithm)?;
                     refuse_unavailable(schedule, &recorder)?;
                     schedule.run(&recorder, buf, 0)
                 }
                 "allgather" => {
-                    let schedule = schedules::find(ALLGATHER, algorithm)?;
+                    let schedule = schedules::by_name(ALLGATHER, algorithm)?;
                     refuse_unavailable(schedule, &recorder)?;
                     schedule.run(&recorder, buf, &blocks)
                 }
                 _ => {
-                    let schedule = schedules::find(REDUCE_SCATTER, algorithm)?;
+                    let schedule = schedules::by_name(REDUCE_SCATTER, algorithm)?;
                     refuse_unavailable(schedule, &recorder)?;
                     schedule.run(&recorder, buf, &blocks, &reduction)
                 }
