@@ -60,9 +60,9 @@ def _allreduce_checked(x: Any, op: str, out: Any, algorithm: str,
     process sets."""
     where = place(process_set)
     result, name = prepare(x, op, out, algorithm, where.id)
-    if algorithm == "auto":
+    if algorithm == "auto" and where.id == 0:
         # The core decides, with the model's parameters, which the first call installs
-        # (collective: on a process set they were installed when it was added).
+        # (collective; a process set's were installed when it was added).
         calibration.ensure_installed()
     _core.allreduce(result, name, op, algorithm, where.id)
     return result

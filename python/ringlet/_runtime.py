@@ -236,7 +236,8 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
 
     Every rank must make the same change before its next collective: the settings are part of
     each collective's consistency check, so ranks that differ get ``MismatchError``. A change
-    also discards the ``auto`` decision table (it is rebuilt at the next ``auto`` call).
+    also rebuilds ``auto``'s decision tables at their next call; the calibration stays
+    (``ringlet.calibrate()`` measures again).
     """
     init()
     calibrated = across_message_bytes == "auto"

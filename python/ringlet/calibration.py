@@ -110,6 +110,14 @@ def install(calibration: Calibration) -> None:
     _installed = calibration
 
 
+def uninstall() -> None:
+    """Forget the installed calibration: the next ``auto`` call loads or measures one again (and
+    reads the environment's overrides again). Call it on every rank alike."""
+    global _installed
+    _core.uninstall_parameters()
+    _installed = None
+
+
 def ensure_installed() -> None:
     """Load or measure this communicator's calibration and install it, unless the core holds
     one. Collective the first time (every rank finds none installed at the same call)."""

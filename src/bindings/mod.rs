@@ -475,6 +475,12 @@ fn install_parameters(json: &str) -> PyResult<()> {
     Ok(selection::install_parameters(json)?)
 }
 
+/// Forget the installed parameters (every rank alike); the next `auto` call installs them again.
+#[pyfunction]
+fn uninstall_parameters() {
+    selection::uninstall_parameters()
+}
+
 /// The installed parameters' JSON, or None before calibration installs them.
 #[pyfunction]
 fn installed_parameters() -> Option<String> {
@@ -830,7 +836,7 @@ mod _core {
         message_limit_options, mpi_library, nodes, ops, process_sets, reduce, reduce_scatter,
         refuse, remove_process_set, reset_stats, set_stats_enabled, set_thread_key, settings,
         shared_empty, shared_memory, shutdown, simulate, simulated_algorithms, simulated_network,
-        stats, use_calibrated_message_limit, wait_policy, SharedBuffer,
+        stats, uninstall_parameters, use_calibrated_message_limit, wait_policy, SharedBuffer,
     };
     // Hooks that make the core fail on purpose, for the failure tests; not in a release.
     #[cfg(feature = "test-hooks")]

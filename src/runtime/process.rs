@@ -237,7 +237,8 @@ pub fn update_settings(change: impl FnOnce(&mut Settings)) -> Result<Settings> {
     for set in sets.values_mut() {
         set.set_settings(settings)?;
     }
-    crate::auto::clear(); // the model's costs depend on the settings
+    // The model's parameters stay: each communicator's decision table is rebuilt with the new
+    // settings at its next `auto` call (a process set could not install them again alone).
     Ok(settings)
 }
 

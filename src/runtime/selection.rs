@@ -19,6 +19,12 @@ pub fn install_parameters(json: &str) -> Result<()> {
     auto::install(Parameters::from_json(json)?)
 }
 
+/// Forget the installed parameters: the next `auto` call on ringlet's communicator installs
+/// them again (every rank must forget alike).
+pub fn uninstall_parameters() {
+    auto::clear();
+}
+
 /// The installed parameters as JSON, if any.
 pub fn installed_parameters() -> Option<String> {
     auto::installed().map(|p| p.to_json())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ringlet
-from ringlet import _core, selector
+from ringlet import _core, calibration, selector
 
 from conftest import exact_input, reference
 
@@ -32,9 +32,9 @@ def table_with_alternative(request, monkeypatch):
 
 
 def rebuild_tables() -> None:
-    """Every rank's tables are rebuilt at the next auto call (a change of settings uninstalls
-    the model's parameters, which that call installs again)."""
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
+    """Every rank's tables are rebuilt at the next auto call, which installs the parameters
+    again and reads the environment."""
+    calibration.uninstall()
 
 
 def played() -> dict[str, int]:

@@ -217,3 +217,22 @@ def test_plan_buckets_in_a_set_agrees_among_its_members(
         sizes = [8, 8] if mine.rank == mine.size - 1 else [8]
         with pytest.raises(ValueError, match="the ranks plan buckets for different arrays"):
             ringlet.plan_buckets(sizes, process_set=mine)
+
+
+def test_auto_in_a_set_keeps_working_after_a_change_of_settings(size: int) -> None:
+    """A change of settings rebuilds auto's tables but keeps the model's parameters: a process
+    set could not install them again on its own (that is collective over every rank)."""
+    everyone = ringlet.add_process_set(list(range(size)))
+    before = ringlet.settings()["segment_bytes"]
+    try:
+        ringlet.settings(segment_bytes=before // 2)
+        assert _core.installed_parameters() is not None
+        x = np.ones(100_000, dtype=np.float32)
+        np.testing.assert_array_equal(ringlet.allreduce(x, process_set=everyone), x * size)
+        expected = _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id)[0]
+        ringlet.reset_stats()
+        ringlet.allreduce(x, process_set=everyone)
+        assert set(ringlet.stats()) == {expected}
+    finally:
+        ringlet.settings(segment_bytes=before)
+        ringlet.remove_process_set(everyone)

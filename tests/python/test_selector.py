@@ -36,12 +36,11 @@ def cheapest(nbytes: int, nodes: list[int], parameters_json: str, dtype: str = "
 
 @pytest.fixture
 def fresh_table(monkeypatch):
-    """auto's table rebuilt inside the test and again afterwards (env overrides apply then):
-    a change of settings clears the installed parameters on every rank."""
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
+    """auto's table rebuilt inside the test and again afterwards (env overrides apply then)."""
+    calibration.uninstall()
     yield monkeypatch
     monkeypatch.undo()
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
+    calibration.uninstall()
 
 
 @pytest.fixture
@@ -52,10 +51,10 @@ def quick_calibration(monkeypatch, comm):
     monkeypatch.setenv("RINGLET_CACHE_DIR", directory)
     monkeypatch.setattr(calibration, "CALIBRATION_SIZES", (8, 4096, 65536))
     monkeypatch.setattr(calibration, "LARGE_CALIBRATION_SIZE", 262144)
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
+    calibration.uninstall()
     yield directory
     monkeypatch.undo()
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])
+    calibration.uninstall()
 
 
 def ran(algorithm_call) -> str:
@@ -320,7 +319,7 @@ def test_explain_reads_the_cached_calibration(quick_calibration, monkeypatch, co
     comm.Barrier()
     cached = calibration.Calibration.from_json(path.read_text(), source="test") \
         if comm.rank == 0 else None
-    ringlet.settings(segment_bytes=ringlet.settings()["segment_bytes"])  # uninstalls them
+    calibration.uninstall()
     explanation = ringlet.explain(1000)
     assert explanation.parameters == str(path)
     if comm.rank == 0:
