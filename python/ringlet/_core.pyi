@@ -12,6 +12,8 @@ __all__ = [
     "MismatchError",
     "RingletError",
     "SharedBuffer",
+    "_test_panic",
+    "_test_wrong_length_message",
     "abort",
     "add_process_set",
     "algorithm_cost",
@@ -260,7 +262,8 @@ def abort(code: int) -> None:
     """MPI_Abort on MPI_COMM_WORLD: ends every process of the job."""
 
 
-# Only in builds with the `test-hooks` feature (the development build, not the wheel).
+# Only in builds with the `test-hooks` feature (the development build, which stubtest checks;
+# not the wheel).
 def _test_panic(in_background: bool) -> None: ...
 def _test_wrong_length_message(sent: int, expected: int) -> None: ...
 
