@@ -132,3 +132,35 @@ def test_reduce_bench_times_reduce_scatter_too():
     names = {line.split("|")[2].strip() for line in job.stdout.splitlines()
              if line.startswith("| ") and " us " in line}
     assert names == {"ring", "recursive_halving", "priority_halving", "auto", "native"}
+
+
+def test_compare_builds_takes_medians_of_ratios_measured_in_one_run(tmp_path):
+    """Two builds' runs, interleaved: per row the median over the pairs of each build's ratio
+    to what was measured beside it, and after / before."""
+    def bench(path: Path, ring: float, auto: float) -> Path:
+        path.write_text("size_bytes,candidate,x_native\n"
+                        f"8,ring,{ring}\n8,auto,{auto}\n1024,ring,2.0\n")
+        return path
+
+    runs = [bench(tmp_path / "b1.csv", 1.0, 0.9), bench(tmp_path / "a1.csv", 1.1, 0.9),
+            bench(tmp_path / "b2.csv", 1.0, 1.1), bench(tmp_path / "a2.csv", 1.3, 1.1)]
+    job = subprocess.run([sys.executable, "benchmarks/compare_builds.py", "--bench",
+                          *map(str, runs)], cwd=ROOT, text=True, capture_output=True, timeout=60)
+    assert job.returncode == 0, job.stderr
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line.split("|")[5].strip()
+            for line in job.stdout.splitlines() if line.startswith("| 8 ")}
+    assert rows == {("8", "ring"): "1.200", ("8", "auto"): "1.000"}
+    assert "median of after / before over 3 rows: 1.000" in job.stdout
+
+    cluster = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    for path, seconds in zip(cluster, (0.3, 0.2)):
+        path.write_text(json.dumps({"label": "block", "bound_s": 0.1,
+                                    "medians_s": {"ring": seconds}}) + "\n")
+    job = subprocess.run([sys.executable, "benchmarks/compare_builds.py", "--cluster",
+                          *map(str, cluster)], cwd=ROOT, text=True, capture_output=True,
+                         timeout=60)
+    assert job.returncode == 0, job.stderr
+    assert "| block | ring | 3.000 | 2.000 | 0.667 |" in job.stdout
+    odd = subprocess.run([sys.executable, "benchmarks/compare_builds.py", "--bench",
+                          str(runs[0])], cwd=ROOT, text=True, capture_output=True, timeout=60)
+    assert odd.returncode != 0 and "pairs" in odd.stderr
