@@ -166,6 +166,22 @@ impl Refiner {
         }
     }
 
+    /// The range of the table that `nbytes` of `dtype` under `op` falls in, and its key.
+    fn range(
+        &mut self,
+        dtype: DType,
+        op: ReduceOp,
+        nbytes: usize,
+        transport: &dyn Transport,
+        tuning: &Tuning,
+    ) -> Result<((DType, ReduceOp, usize), Range)> {
+        let (index, range) = self
+            .table(transport, tuning)?
+            .range(dtype, op, nbytes)
+            .ok_or_else(|| no_range(dtype, op))?;
+        Ok(((dtype, op, index), range))
+    }
+
     /// What the next `auto` call on `nbytes` of `dtype` under `op` runs on `transport`, without
     /// counting it (see [`commit`](Self::commit)). Collective only in that every rank must ask
     /// alike; `Err` before any parameters are installed.
@@ -177,11 +193,7 @@ impl Refiner {
         transport: &dyn Transport,
         tuning: &Tuning,
     ) -> Result<Pick> {
-        let (index, range) = self
-            .table(transport, tuning)?
-            .range(dtype, op, nbytes)
-            .ok_or_else(|| no_range(dtype, op))?;
-        let key = (dtype, op, index);
+        let (key, range) = self.range(dtype, op, nbytes, transport, tuning)?;
         let standing = self.standing(key, &range);
         let off = self.off;
         let state = self.state(key);
@@ -205,11 +217,8 @@ impl Refiner {
         transport: &dyn Transport,
         tuning: &Tuning,
     ) -> Result<&'static dyn Allreduce> {
-        let (index, range) = self
-            .table(transport, tuning)?
-            .range(dtype, op, nbytes)
-            .ok_or_else(|| no_range(dtype, op))?;
-        Ok(self.standing((dtype, op, index), &range)[0])
+        let (key, range) = self.range(dtype, op, nbytes, transport, tuning)?;
+        Ok(self.standing(key, &range)[0])
     }
 
     /// Whether the table was set by the environment (so no runner-up is ever tried).

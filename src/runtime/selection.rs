@@ -8,7 +8,6 @@ use crate::auto::model::Prediction;
 use crate::auto::{self, pieces, Parameters, Pricing, FALLBACK};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::schedules::ALLREDUCE;
 use crate::simulate::network::{Link, Network};
 use crate::transport::Nodes;
 use std::sync::Arc;
@@ -96,13 +95,12 @@ pub struct Question<'a> {
 
 /// Each candidate's predicted time for the call of `question` on process set `set`, and what
 /// `auto` runs: for an allreduce on the communicator with the installed parameters, the
-/// decision table's choice (as refined on real calls); otherwise the model's cheapest. Local.
+/// decision table's choice (as refined on real calls); otherwise the model's cheapest (for the
+/// other collectives without calibration's corrections, which were measured for allreduce).
+/// Local.
 pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
-    if question.collective != "allreduce" {
-        return explain_other(set, question);
-    }
     let Question {
-        collective: _,
+        collective,
         nbytes,
         dtype,
         op,
@@ -110,6 +108,10 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
         nodes,
         simulate_up_to,
     } = question;
+    let allreduce = collective == "allreduce";
+    let all = super::registry(collective)?;
+    let combines = matches!(collective, "allreduce" | "reduce" | "reduce_scatter");
+    let reducing = combines.then_some((dtype, op));
     let given = parameters.map(Parameters::from_json).transpose()?;
     let what_if = nodes.filter(|n| !n.is_empty()).map(Nodes::from_labels);
     process::with_communicator(set, |comm| {
@@ -117,7 +119,7 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
         let tuning = comm.settings().tuning;
         let placement = what_if.as_ref().unwrap_or(transport.nodes());
         let installed = auto::installed();
-        let from_table = given.is_none() && what_if.is_none() && installed.is_some();
+        let from_table = allreduce && given.is_none() && what_if.is_none() && installed.is_some();
         let parameters: Arc<Parameters> = match given {
             Some(given) => Arc::new(given),
             None => installed.unwrap_or_default(),
@@ -125,12 +127,12 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
         let pricing = Pricing {
             parameters: &parameters,
             tuning: &tuning,
-            corrected: true,
+            corrected: allreduce,
         };
-        let options = candidates(ALLREDUCE, transport, Some((dtype, op)));
-        let prices = priced(&options, placement, pricing, nbytes, Some(dtype));
+        let options = candidates(&all, transport, reducing);
+        let prices = priced(&options, placement, pricing, nbytes, reducing.map(|r| r.0));
         let ranks = placement.ranks();
-        let (choice, basis) = if ranks <= 1 {
+        let (choice, basis) = if allreduce && ranks <= 1 {
             (FALLBACK, Basis::OneRank)
         } else if from_table {
             let mut refiner = comm.refiner();
@@ -141,96 +143,30 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
             let best = cheapest(&prices).map_or(FALLBACK, |a| a.name());
             (best, Basis::Model)
         };
-        let labels = placement.labels();
         let simulate = ranks > 1 && ranks <= simulate_up_to;
         let network = network_of(&parameters, dtype);
+        let simulated = |name: &str| {
+            let outcome = crate::simulate::simulate_placed(
+                collective,
+                name,
+                placement.labels(),
+                nbytes,
+                true,
+                &network,
+            );
+            outcome.ok().map(|o| o.seconds)
+        };
         let candidates = prices
             .iter()
             .map(|&(algorithm, prediction)| Candidate {
                 name: algorithm.name(),
                 prediction,
-                simulated: simulate
-                    .then(|| {
-                        crate::simulate::simulate_placed(
-                            "allreduce",
-                            algorithm.name(),
-                            labels,
-                            nbytes,
-                            true,
-                            &network,
-                        )
-                        .ok()
-                        .map(|outcome| outcome.seconds)
-                    })
-                    .flatten(),
+                simulated: simulate.then(|| simulated(algorithm.name())).flatten(),
             })
             .collect();
         Ok(Explanation {
             choice,
             basis,
-            candidates,
-        })
-    })
-}
-
-/// [`explain`] for the collectives that choose with the model alone (without calibration's
-/// corrections, which were measured for allreduce).
-fn explain_other(set: SetId, question: Question<'_>) -> Result<Explanation> {
-    let Question {
-        collective,
-        nbytes,
-        dtype,
-        op,
-        parameters,
-        nodes,
-        simulate_up_to,
-    } = question;
-    let all = super::registry(collective)?;
-    let reducing = matches!(collective, "reduce" | "reduce_scatter").then_some((dtype, op));
-    let given = parameters.map(Parameters::from_json).transpose()?;
-    let what_if = nodes.filter(|n| !n.is_empty()).map(Nodes::from_labels);
-    process::with_communicator(set, |comm| {
-        let transport = comm.transport();
-        let tuning = comm.settings().tuning;
-        let placement = what_if.as_ref().unwrap_or(transport.nodes());
-        let parameters: Arc<Parameters> = match given {
-            Some(given) => Arc::new(given),
-            None => auto::model::current(),
-        };
-        let pricing = Pricing {
-            parameters: &parameters,
-            tuning: &tuning,
-            corrected: false,
-        };
-        let options = candidates(&all, transport, reducing);
-        let prices = priced(&options, placement, pricing, nbytes, reducing.map(|r| r.0));
-        let choice = cheapest(&prices).map_or("-", |a| a.name());
-        let simulate = placement.ranks() > 1 && placement.ranks() <= simulate_up_to;
-        let network = network_of(&parameters, dtype);
-        let candidates = prices
-            .iter()
-            .map(|&(algorithm, prediction)| Candidate {
-                name: algorithm.name(),
-                prediction,
-                simulated: simulate
-                    .then(|| {
-                        crate::simulate::simulate_placed(
-                            collective,
-                            algorithm.name(),
-                            placement.labels(),
-                            nbytes,
-                            true,
-                            &network,
-                        )
-                        .ok()
-                        .map(|outcome| outcome.seconds)
-                    })
-                    .flatten(),
-            })
-            .collect();
-        Ok(Explanation {
-            choice,
-            basis: Basis::Model,
             candidates,
         })
     })
