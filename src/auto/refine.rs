@@ -157,12 +157,11 @@ impl Refiner {
         &self,
         key: (DType, ReduceOp, usize),
         range: &Range,
-    ) -> Vec<&'static dyn Allreduce> {
+    ) -> (&'static dyn Allreduce, Option<&'static dyn Allreduce>) {
         let swapped = self.ranges.get(&key).is_some_and(|s| s.swapped);
         match (range.runner_up, swapped) {
-            (Some(runner_up), true) => vec![runner_up, range.winner],
-            (Some(runner_up), false) => vec![range.winner, runner_up],
-            (None, _) => vec![range.winner],
+            (Some(runner_up), true) => (runner_up, Some(range.winner)),
+            (runner_up, _) => (range.winner, runner_up),
         }
     }
 
@@ -194,13 +193,15 @@ impl Refiner {
         tuning: &Tuning,
     ) -> Result<Pick> {
         let (key, range) = self.range(dtype, op, nbytes, transport, tuning)?;
-        let standing = self.standing(key, &range);
+        let (first, second) = self.standing(key, &range);
         let off = self.off;
         let state = self.state(key);
-        let exploring = !off && standing.len() > 1 && state.calls + 1 == state.next_try;
-        let first = standing[0];
+        let exploring = !off && second.is_some() && state.calls + 1 == state.next_try;
         Ok(Pick {
-            schedule: if exploring { standing[1] } else { first },
+            schedule: match second {
+                Some(second) if exploring => second,
+                _ => first,
+            },
             exploring,
             winner: first,
             key,
@@ -218,7 +219,7 @@ impl Refiner {
         tuning: &Tuning,
     ) -> Result<&'static dyn Allreduce> {
         let (key, range) = self.range(dtype, op, nbytes, transport, tuning)?;
-        Ok(self.standing(key, &range)[0])
+        Ok(self.standing(key, &range).0)
     }
 
     /// Whether the table was set by the environment (so no runner-up is ever tried).
@@ -283,7 +284,7 @@ impl Refiner {
             .iter()
             .filter_map(|(&(dtype, op, index), state)| {
                 let range = built.table.range_at(dtype, op, index)?;
-                let now = self.standing((dtype, op, index), &range)[0];
+                let now = self.standing((dtype, op, index), &range).0;
                 Some((
                     dtype,
                     op,
