@@ -15,7 +15,7 @@ pub struct Usage {
 static USAGE: Mutex<Vec<(&'static str, Usage)>> = Mutex::new(Vec::new());
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Pause counting (the selector's calibration is not the user's traffic).
+/// Pause counting (calibration's traffic is not the user's).
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Relaxed);
 }

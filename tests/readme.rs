@@ -26,7 +26,7 @@ fn allreduce_table() -> String {
             algorithm.best_for()
         ));
     }
-    lines.push("| `auto` (default) | what the selector predicts fastest (below) | |".to_string());
+    lines.push("| `auto` (default) | what the cost model predicts fastest (below) | |".to_string());
     lines.join("\n")
 }
 

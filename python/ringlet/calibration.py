@@ -111,8 +111,9 @@ def install(calibration: Calibration) -> None:
 
 
 def uninstall() -> None:
-    """Forget the installed calibration: the next ``auto`` call loads or measures one again (and
-    reads the environment's overrides again). Call it on every rank alike."""
+    """Forget the installed calibration: the next ``auto`` call on ringlet's communicator loads
+    or measures one again (and reads the environment's overrides again); until then a process
+    set's ``auto`` raises. Call it on every rank alike."""
     global _installed
     _core.uninstall_parameters()
     _installed = None

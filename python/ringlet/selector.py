@@ -49,7 +49,7 @@ ring's messages grow as the square of the ranks)."""
 
 REASONS = {
     "one rank": "one rank: every algorithm is a no-op",
-    "table": "lowest predicted time",
+    "table": "the decision table's, as refined on real calls",
     "environment": "set by the environment",
     "model": "lowest predicted time; auto has not run in this process yet",
 }
@@ -67,14 +67,18 @@ def prepare() -> None:
 def choice(nbytes: int, dtype: str = "float32", op: str = "sum", *,
            process_set: ProcessSet | None = None) -> str:
     """The algorithm ``auto`` runs now for an allreduce of ``nbytes`` of ``dtype`` under
-    ``op``. Installs the model first if it is not (collective then, as the first ``auto`` call
-    is)."""
-    prepare()
-    return _core.explain(int(nbytes), dtype, op, process_set=place(process_set).id)[0]
+    ``op``. On ringlet's communicator it installs the model first if it is not (collective
+    then, as the first ``auto`` call is); a process set's members find it installed when the
+    set was added."""
+    where = place(process_set)
+    if where.id == 0:
+        prepare()
+    return _core.explain(int(nbytes), dtype, op, process_set=where.id)[0]
 
 
 def calibrate() -> calibration.Calibration:
-    """Measure this machine again (collective), save the result and install it."""
+    """Measure again on the machine ringlet runs on (collective), save the result and install
+    it. Returns the :class:`ringlet.calibration.Calibration` (``.model()`` has its numbers)."""
     init()
     return calibration.recalibrate()
 

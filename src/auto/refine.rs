@@ -17,21 +17,7 @@ pub struct Pick {
     pub schedule: &'static dyn Allreduce,
     /// This call tries the range's runner-up.
     pub exploring: bool,
-    /// What the call runs when it does not try.
-    winner: &'static dyn Allreduce,
     key: (DType, ReduceOp, usize),
-}
-
-impl Pick {
-    /// The same call without the try (where the runner-up cannot run); the next try comes
-    /// when it would have.
-    pub fn without_try(self) -> Pick {
-        Pick {
-            schedule: self.winner,
-            exploring: false,
-            ..self
-        }
-    }
 }
 
 /// Calls in a range before it first tries its runner-up; the gap then doubles up to
@@ -101,9 +87,14 @@ fn source<'a>(
 /// `RINGLET_ALGORITHM=name` (other than "auto") or `RINGLET_AUTO_TABLE`, read when a table is
 /// built.
 pub fn environment_spec() -> Option<String> {
-    match std::env::var("RINGLET_ALGORITHM") {
-        Ok(name) if name != "auto" => Some(name),
-        _ => std::env::var("RINGLET_AUTO_TABLE").ok(),
+    let set = |name| {
+        std::env::var(name)
+            .ok()
+            .filter(|v: &String| !v.trim().is_empty())
+    };
+    match set("RINGLET_ALGORITHM") {
+        Some(name) if name.trim() != "auto" => Some(name),
+        _ => set("RINGLET_AUTO_TABLE"),
     }
 }
 
@@ -203,7 +194,6 @@ impl Refiner {
                 _ => first,
             },
             exploring,
-            winner: first,
             key,
         })
     }
@@ -233,7 +223,7 @@ impl Refiner {
         let state = self.state(pick.key);
         state.calls += 1;
         if state.calls >= state.next_try {
-            // A try, or the call that would have been one (its runner-up could not run).
+            // A try (or the call that would have been one, where the range has no runner-up).
             state.tries += u64::from(pick.exploring);
             state.next_try = state.calls + state.calls.min(MAX_EXPLORE_GAP);
         }
@@ -304,7 +294,9 @@ impl Refiner {
 
 fn no_parameters() -> CoreError {
     CoreError::InvalidArgument(
-        "internal: \"auto\" has no cost model installed yet (ringlet's calibration installs it)"
+        "\"auto\" has no cost model installed: the first auto allreduce on ringlet's whole \
+         communicator installs it, on every rank (ringlet.selector.prepare() does too); a \
+         process set's auto cannot, as that is collective over every rank"
             .into(),
     )
 }
@@ -428,19 +420,5 @@ mod tests {
         );
         refiner.reset();
         assert!(refiner.ranges.is_empty());
-    }
-
-    #[test]
-    fn a_try_that_cannot_run_here_is_a_call_of_the_winner() {
-        let mut refiner = refiner_with_runner_up(true);
-        assert!(play(&mut refiner, 7, 1.0, 0.5).is_empty());
-        let pick = next(&mut refiner);
-        assert!(pick.exploring && pick.schedule.name() == "halving_doubling");
-        let plain = pick.without_try();
-        assert!(!plain.exploring && plain.schedule.name() == "ring");
-        refiner.commit(&plain);
-        let next = next(&mut refiner);
-        assert!(!next.exploring && next.schedule.name() == "ring");
-        assert_eq!(refiner.report()[0].6, 0, "no try counted");
     }
 }

@@ -219,7 +219,7 @@ fn from_spec(spec: &str, options: &[&'static dyn Allreduce]) -> Result<Vec<Range
             None => fallback()?,
         };
         let runner_up = runner_up.filter(|r| r.name() != winner.name());
-        let upper = match limit {
+        let upper = match limit.filter(|l| !l.trim().is_empty()) {
             Some(limit) => parse_bytes(limit).ok_or_else(|| {
                 CoreError::InvalidArgument(format!(
                     "{limit:?} in the environment's auto table ({spec:?}) is not a size \
@@ -370,5 +370,7 @@ mod tests {
             "a runner-up that cannot run is none"
         );
         assert!(from_spec("ring:lots", &all).is_err());
+        let open = from_spec("recursive_doubling:4K,ring:", &all).expect("an empty size is open");
+        assert_eq!(open.last().map(|r| (r.upper, r.winner.name())), Some((u64::MAX, "ring")));
     }
 }

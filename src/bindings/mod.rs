@@ -471,14 +471,14 @@ fn refuse(py: Python<'_>, collective: &str, reason: String, process_set: SetId) 
 
 /// Install calibration's parameters (its JSON) for every `auto` decision; every rank the same.
 #[pyfunction]
-fn install_parameters(json: &str) -> PyResult<()> {
-    Ok(selection::install_parameters(json)?)
+fn install_parameters(py: Python<'_>, json: &str) -> PyResult<()> {
+    detached(py, || selection::install_parameters(json))
 }
 
 /// Forget the installed parameters (every rank alike); the next `auto` call installs them again.
 #[pyfunction]
-fn uninstall_parameters() {
-    selection::uninstall_parameters()
+fn uninstall_parameters(py: Python<'_>) -> PyResult<()> {
+    detached(py, selection::uninstall_parameters)
 }
 
 /// The installed parameters' JSON, or None before calibration installs them.

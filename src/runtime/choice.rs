@@ -1,6 +1,7 @@
 //! Which of a collective's registered algorithms a call runs: the one it names, or for "auto"
 //! one that every rank picks alike.
 
+use super::call::Kind;
 use super::communicator::Communicator;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -50,4 +51,22 @@ pub(super) fn cheapest_or_named<T: Algorithm + ?Sized>(
             })
         },
     )
+}
+
+/// The registered algorithms of a collective ("allreduce", "broadcast", "allgather",
+/// "reduce_scatter").
+pub(crate) fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
+    Ok(match Kind::from_name(collective)? {
+        Kind::Allreduce => schedules::ALLREDUCE.iter().map(|&a| a as _).collect(),
+        Kind::Broadcast => schedules::BROADCAST.iter().map(|&a| a as _).collect(),
+        Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
+        Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
+        Kind::Alltoall => schedules::ALLTOALL.iter().map(|&a| a as _).collect(),
+        Kind::Reduce => schedules::REDUCE.iter().map(|&a| a as _).collect(),
+        Kind::Barrier | Kind::Join | Kind::Allocate => {
+            return Err(CoreError::InvalidArgument(format!(
+                "{collective} has no algorithms to choose from"
+            )))
+        }
+    })
 }

@@ -43,6 +43,7 @@ pub use crate::schedules::{Cost, Tiered};
 use crate::transport::Nodes;
 use crate::{probe, worker};
 use call::{Call, Kind};
+use choice::registry;
 use communicator::Communicator;
 pub use communicator::Settings;
 pub use probe::Tier;
@@ -97,24 +98,6 @@ pub fn update_settings(change: impl FnOnce(&mut Settings) + Send) -> Result<Sett
 pub fn group(set: SetId) -> Result<(usize, usize, Vec<String>)> {
     process::with_communicator(set, |comm| {
         Ok((comm.rank(), comm.size(), comm.hosts().to_vec()))
-    })
-}
-
-/// The registered algorithms of a collective ("allreduce", "broadcast", "allgather",
-/// "reduce_scatter").
-pub(crate) fn registry(collective: &str) -> Result<Vec<&'static dyn Algorithm>> {
-    Ok(match Kind::from_name(collective)? {
-        Kind::Allreduce => schedules::ALLREDUCE.iter().map(|&a| a as _).collect(),
-        Kind::Broadcast => schedules::BROADCAST.iter().map(|&a| a as _).collect(),
-        Kind::Allgather => schedules::ALLGATHER.iter().map(|&a| a as _).collect(),
-        Kind::ReduceScatter => schedules::REDUCE_SCATTER.iter().map(|&a| a as _).collect(),
-        Kind::Alltoall => schedules::ALLTOALL.iter().map(|&a| a as _).collect(),
-        Kind::Reduce => schedules::REDUCE.iter().map(|&a| a as _).collect(),
-        Kind::Barrier | Kind::Join | Kind::Allocate => {
-            return Err(CoreError::InvalidArgument(format!(
-                "{collective} has no algorithms to choose from"
-            )))
-        }
     })
 }
 

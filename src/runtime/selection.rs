@@ -2,6 +2,7 @@
 //! with every candidate's modelled and simulated time, and the decisions calibration needs.
 //! Every decision is [`crate::auto`]'s; this file only finds the communicator.
 
+use super::choice::{first_or_named, registry};
 use super::process::{self, SetId};
 use crate::auto::choice::{candidates, cheapest, priced};
 use crate::auto::model::Prediction;
@@ -10,18 +11,24 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::simulate::network::{Link, Network};
 use crate::transport::Nodes;
+use crate::worker;
 use std::sync::Arc;
 
-/// Install calibration's parameters (JSON, as cached) for every `auto` decision. Every rank
-/// must install the same ones.
+/// Install calibration's parameters (JSON, as cached) for every `auto` decision, after any
+/// queued work (which decides with what it was queued under). Every rank must install the same
+/// ones.
 pub fn install_parameters(json: &str) -> Result<()> {
-    auto::install(Parameters::from_json(json)?)
+    let parameters = Parameters::from_json(json)?;
+    worker::run_in_order(|| auto::install(parameters))
 }
 
 /// Forget the installed parameters: the next `auto` call on ringlet's communicator installs
 /// them again (every rank must forget alike).
-pub fn uninstall_parameters() {
-    auto::clear();
+pub fn uninstall_parameters() -> Result<()> {
+    worker::run_in_order(|| {
+        auto::clear();
+        Ok(())
+    })
 }
 
 /// The installed parameters as JSON, if any.
@@ -109,7 +116,7 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
         simulate_up_to,
     } = question;
     let allreduce = collective == "allreduce";
-    let all = super::registry(collective)?;
+    let all = registry(collective)?;
     let combines = matches!(collective, "allreduce" | "reduce" | "reduce_scatter");
     let reducing = combines.then_some((dtype, op));
     let given = parameters.map(Parameters::from_json).transpose()?;
@@ -139,6 +146,9 @@ pub fn explain(set: SetId, question: Question<'_>) -> Result<Explanation> {
             let winner = refiner.winner(dtype, op, nbytes, transport, &tuning)?;
             let overridden = refiner.overridden();
             (winner.name(), Basis::Table { overridden })
+        } else if collective == "alltoall" {
+            // Sizes differ between ranks, so auto runs the first registered, unpriced.
+            (first_or_named(&all, "auto")?.name(), Basis::Model)
         } else {
             let best = cheapest(&prices).map_or(FALLBACK, |a| a.name());
             (best, Basis::Model)

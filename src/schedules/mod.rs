@@ -3,11 +3,11 @@
 //! A schedule knows the element size and calls a [`Reduction`] to combine; it never looks at
 //! the dtype itself, never touches Python, and talks only to a [`Transport`]. Next to its code
 //! each one declares what the rest of ringlet needs to know about it ([`Algorithm`]): its name,
-//! what it can reduce, and its cost in the alpha-beta-gamma model, from which the selector
+//! what it can reduce, and its cost in the alpha-beta-gamma model, from which `auto` (src/auto)
 //! predicts its time. Nothing else lists algorithms.
 //!
 //! Adding one means one new file in this folder plus one line in its collective's registry
-//! below; `ringlet.ALGORITHMS`, `explain()`, the selector, the benchmarks, the tests and
+//! below; `ringlet.ALGORITHMS`, `explain()`, `auto`, the benchmarks, the tests and
 //! README's algorithm table take it from there.
 
 mod blocks;

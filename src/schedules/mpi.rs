@@ -1,4 +1,4 @@
-//! `mpi`: the MPI library's own MPI_Allreduce, so the selector and the benchmarks can weigh
+//! `mpi`: the MPI library's own MPI_Allreduce, so `auto` and the benchmarks can weigh
 //! ringlet's schedules against it. Only on the MPI transport, and only for what MPI can reduce
 //! the way ringlet does.
 
@@ -12,7 +12,7 @@ pub struct Mpi;
 
 /// Below this many bytes MPI libraries run recursive doubling, above it Rabenseifner's
 /// algorithm (Open MPI's fixed rules for fewer than 8 ranks; MPICH switches at 2 KiB). The
-/// selector's calibration corrects the model for what the library really does.
+/// calibration corrects the model for what the library really does.
 const SHORT_MESSAGE_BYTES: usize = 8 << 10;
 
 impl Algorithm for Mpi {

@@ -34,7 +34,7 @@ pub const ONE_SHOT_MAX: usize = 64 << 10;
 /// The largest one-shot vector on `ranks` ranks: 64 KiB·(2/N)³. Each rank reads N vectors in
 /// the one-shot, against about two in the two-shot, so the one-shot pays only while a meeting
 /// costs more than the extra reading; the cube keeps the switch below the point where the
-/// model's time would drop (it never decreases with size, see the selector's tests).
+/// model's time would drop (it never decreases with size, see tests/python/test_selector.py).
 pub fn one_shot_max(ranks: usize) -> usize {
     let n = ranks.max(2);
     ONE_SHOT_MAX * 8 / (n * n * n)

@@ -288,7 +288,7 @@ def test_the_default_wait_spins_then_yields(monkeypatch):
 
 
 def test_handles_tell_when_they_ran_and_packing_is_counted(rank, size):
-    n = 1 << 20  # far above selector.pack_below: reduced in place
+    n = 1 << 20  # far above the cost model's pack_below: reduced in place
     arrays = [np.ones(n, dtype=np.float32) for _ in range(3)]
     ringlet.reset_stats()
     handle = ringlet.allreduce_group_async(arrays, "avg")

@@ -169,6 +169,24 @@ def test_bad_environment_values_are_clear_errors(fresh_table):
         ringlet.allreduce(np.ones(4, dtype=np.float32))
 
 
+def test_an_empty_environment_value_overrides_nothing(fresh_table, size):
+    fresh_table.setenv("RINGLET_AUTO_TABLE", "")
+    fresh_table.setenv("RINGLET_ALGORITHM", " ")
+    x = np.ones(1000, dtype=np.float32)
+    np.testing.assert_array_equal(ringlet.allreduce(x), x * size)
+    assert ringlet.explain(x).reason != selector.REASONS["environment"]
+
+
+def test_explain_says_what_every_collective_runs(size):
+    for collective in ("broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"):
+        choice, basis, rows = _core.explain(1 << 16, "float32", "sum", collective=collective)
+        names = [name for name, *_ in rows]
+        assert basis == "model" and choice in names, (collective, choice, names)
+    # alltoall's auto is the first registered (its sizes differ between ranks: nothing priced).
+    assert _core.explain(8, "float32", "sum", collective="alltoall")[0] == \
+        _core.algorithms("alltoall")[0]
+
+
 def test_every_rank_makes_the_same_choices(comm):
     x = np.ones(3, dtype=np.float64)
     ringlet.allreduce(x)  # installs the parameters (calibrating or loading the cache)
