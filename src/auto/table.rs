@@ -371,6 +371,9 @@ mod tests {
         );
         assert!(from_spec("ring:lots", &all).is_err());
         let open = from_spec("recursive_doubling:4K,ring:", &all).expect("an empty size is open");
-        assert_eq!(open.last().map(|r| (r.upper, r.winner.name())), Some((u64::MAX, "ring")));
+        assert_eq!(
+            open.last().map(|r| (r.upper, r.winner.name())),
+            Some((u64::MAX, "ring"))
+        );
     }
 }
