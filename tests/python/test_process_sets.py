@@ -236,3 +236,22 @@ def test_auto_in_a_set_keeps_working_after_a_change_of_settings(size: int) -> No
     finally:
         ringlet.settings(segment_bytes=before)
         ringlet.remove_process_set(everyone)
+
+
+def test_selector_choice_and_refinements_read_a_sets_own_table(size: int) -> None:
+    """README: ``selector.choice`` says what auto runs now, and ``refinements(process_set)``
+    what a set's table has played; neither starts a collective on a set."""
+    everyone = ringlet.add_process_set(list(range(size)))
+    try:
+        x = np.ones(50_000, dtype=np.float32)
+        chosen = ringlet.selector.choice(x.nbytes, process_set=everyone)
+        assert chosen == _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id)[0]
+        ringlet.reset_stats()
+        for _ in range(3):
+            ringlet.allreduce(x, process_set=everyone)
+        assert set(ringlet.stats()) == {chosen}
+        played = [r for r in ringlet.selector.refinements(everyone)
+                  if (r["dtype"], r["op"]) == ("float32", "sum")]
+        assert [r["calls"] for r in played] == ([3] if size > 1 else [])
+    finally:
+        ringlet.remove_process_set(everyone)
