@@ -1,6 +1,6 @@
 //! The runtime on in-process ranks: every collective's results, the consistency check (every
 //! kind of disagreement, for every collective, at 2, 3 and 5 ranks), refused calls, settings,
-//! and the stall inspector's messages.
+//! the stall inspector's messages, and ranks that shut down while the others wait.
 
 use _core::dtype::{DType, ReduceOp};
 use _core::error::CoreError;
@@ -33,9 +33,19 @@ fn on_ranks<R: Send>(
     sink: Sink,
     body: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync,
 ) -> Vec<R> {
+    on_transports(LocalTransport::group(n), policy, sink, body)
+}
+
+/// [`on_ranks`] over the given transports (one per rank).
+fn on_transports<R: Send>(
+    transports: Vec<LocalTransport>,
+    policy: StallPolicy,
+    sink: Sink,
+    body: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync,
+) -> Vec<R> {
     let body = &body;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = LocalTransport::group(n)
+        let handles: Vec<_> = transports
             .into_iter()
             .enumerate()
             .map(|(rank, transport)| {
@@ -665,9 +675,135 @@ fn the_stall_inspector_names_who_waits_for_whom_and_who_has_not_joined() {
     assert!(
         messages.iter().any(|m| m
             .starts_with("ringlet: allreduce #0 of float32[4] sum (ring) has waited")
-            && m.contains("rank(s) 2 have not joined it")),
+            && m.contains("rank(s) 2 (host host1) have not joined it")),
         "{messages:#?}"
     );
+}
+
+/// `n` ranks in one node (shared memory) and `n` ranks on as many nodes (messages).
+fn both_kinds_of_group(n: usize) -> [Vec<LocalTransport>; 2] {
+    [
+        LocalTransport::group(n),
+        LocalTransport::cluster(&(0..n).collect::<Vec<_>>()),
+    ]
+}
+
+/// The error of a call on a rank that waits for one that has left, with how long it took.
+fn timed(call: impl FnOnce() -> Result<(), CoreError>) -> (String, Duration) {
+    let started = std::time::Instant::now();
+    let error = call().expect_err("a call that needs a departed rank must fail");
+    assert!(
+        matches!(error, CoreError::Communication(_)),
+        "RingletError expected, got {error:?}"
+    );
+    (error.to_string(), started.elapsed())
+}
+
+fn sum_of_ones(comm: &Communicator) -> Result<(), CoreError> {
+    let mut x = buffer(&[1.0; 5]);
+    let bytes = bytemuck::cast_slice_mut(&mut x);
+    allreduce_on(comm, bytes, DType::F32, ReduceOp::Sum, &[5], "ring", 0)?;
+    assert_eq!(x, vec![comm.size() as f32; 5]);
+    Ok(())
+}
+
+#[test]
+fn a_rank_that_shuts_down_makes_the_others_raise_within_seconds_and_at_every_later_call() {
+    for n in GROUPS {
+        for transports in both_kinds_of_group(n) {
+            let leaver = n - 1;
+            let left = std::sync::Barrier::new(n);
+            let errors = on_transports(transports, StallPolicy::default(), quiet(), |comm| {
+                sum_of_ones(comm).expect("first");
+                sum_of_ones(comm).expect("second");
+                if comm.rank() == leaver {
+                    comm.depart();
+                    left.wait(); // keep its transport until the others have seen it go
+                    return None;
+                }
+                let (waiting, seconds) = timed(|| sum_of_ones(comm));
+                let (later, _) = timed(|| barrier_on(comm, 0));
+                left.wait();
+                Some((waiting, seconds, later))
+            });
+            for (rank, found) in errors.into_iter().enumerate().take(leaver) {
+                let (waiting, seconds, later) = found.expect("an error");
+                // on_transports puts ranks 2r and 2r+1 on host r: named when the hosts differ.
+                let host = if n > 2 {
+                    format!(" (host host{})", leaver / 2)
+                } else {
+                    String::new()
+                };
+                assert!(
+                    waiting.starts_with(&format!("rank {leaver}{host} has shut down")),
+                    "rank {rank} of {n}: {waiting}"
+                );
+                assert!(
+                    waiting.contains(
+                        "has shut down ringlet (ringlet.shutdown() or the end of its program) \
+                         after 2 collectives while this rank waits in allreduce #2 of \
+                         float32[5] sum (ring); no collective on this communicator can complete \
+                         without it"
+                    ),
+                    "rank {rank} of {n}: {waiting}"
+                );
+                assert!(seconds < Duration::from_secs(5), "{seconds:?}");
+                assert!(
+                    later.contains("after 2 collectives while this rank starts barrier #3"),
+                    "{later}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_slow_rank_is_never_taken_for_one_that_left() {
+    for transports in both_kinds_of_group(3) {
+        let results = on_transports(transports, StallPolicy::default(), quiet(), |comm| {
+            if comm.rank() == 1 {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            sum_of_ones(comm).and_then(|_| sum_of_ones(comm))
+        });
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_while_the_others_have_joined_makes_them_raise() {
+    for n in GROUPS {
+        for transports in both_kinds_of_group(n) {
+            let leaver = n - 1;
+            let left = std::sync::Barrier::new(n);
+            let errors = on_transports(transports, StallPolicy::default(), quiet(), |comm| {
+                if comm.rank() == leaver {
+                    // One more allreduce, which the joined ranks take part in with zeros, then
+                    // it leaves without joining.
+                    let mut x = buffer(&[1.0; 5]);
+                    let bytes = bytemuck::cast_slice_mut(&mut x);
+                    allreduce_on(comm, bytes, DType::F32, ReduceOp::Sum, &[5], "ring", 0)
+                        .expect("replayed by the joined ranks");
+                    assert_eq!(x, vec![1.0; 5]);
+                    comm.depart();
+                    left.wait();
+                    return None;
+                }
+                let (error, seconds) = timed(|| join_on(comm, 0).map(|_| ()));
+                left.wait();
+                Some((error, seconds))
+            });
+            for found in errors.into_iter().take(leaver) {
+                let (error, seconds) = found.expect("an error");
+                assert!(
+                    error.starts_with(&format!("rank {leaver} "))
+                        && error.contains("after 1 collective while this rank waits in join #1"),
+                    "{error}"
+                );
+                assert!(seconds < Duration::from_secs(5), "{seconds:?}");
+            }
+        }
+    }
 }
 
 #[test]

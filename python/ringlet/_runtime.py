@@ -174,7 +174,10 @@ def is_initialized() -> bool:
 
 
 def shutdown() -> None:
-    """Free ringlet's communicator. MPI stays up (it cannot be restarted); init() works again."""
+    """Free ringlet's communicator, telling the other ranks that this one has left: a rank that
+    waits for it in a collective, or calls one later, raises :class:`RingletError` naming it.
+    MPI stays up (it cannot be restarted); init() works again (on every rank: it is collective).
+    At the end of the program ringlet shuts down the same way."""
     global _user_comm, _group
     _core.shutdown()
     _user_comm, _group = None, None

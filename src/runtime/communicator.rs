@@ -111,20 +111,21 @@ pub struct Communicator<T: ?Sized + Transport = dyn Transport> {
 }
 
 impl<T: Transport> Communicator<T> {
-    /// Set up `transport` as a communicator. Collective: the ranks exchange host names.
+    /// Set up `transport` as a communicator. Collective: the ranks exchange host names, and
+    /// take rank 0's random key for the communicator's notices.
     pub fn new(mut transport: T, options: Options) -> Result<Self> {
+        let settings = Settings::default();
+        transport.set_message_limits(settings.limits());
+        let gathered = consistency::gather_descriptions(&transport, random_key(), &options.host)?;
+        let key = gathered.first().map_or(0, |(key, _)| *key);
+        let hosts: Vec<String> = gathered.into_iter().map(|(_, host)| host).collect();
         let inspector = Arc::new(StallInspector::new(
             options.stall,
-            transport.size(),
+            key,
+            hosts.clone(),
             options.sink,
         ));
         transport.set_watcher(inspector.clone());
-        let settings = Settings::default();
-        transport.set_message_limits(settings.limits());
-        let hosts = consistency::gather_descriptions(&transport, 0, &options.host)?
-            .into_iter()
-            .map(|(_, host)| host)
-            .collect();
         Ok(Communicator {
             sequence: AtomicU64::new(0),
             check: options.check,
@@ -141,6 +142,29 @@ impl<T: Transport> Communicator<T> {
     pub fn into_transport(self) -> T {
         self.transport
     }
+
+    /// Tell the other ranks that this one leaves the communicator (it shuts ringlet down), and
+    /// after how many collectives: a rank that waits, or will wait, in a later one raises
+    /// instead of waiting forever. Best effort: a rank that cannot be told learns nothing.
+    pub fn depart(&self) {
+        let notice = self
+            .inspector
+            .departure(self.sequence.load(Ordering::Relaxed));
+        for peer in (0..self.size()).filter(|&r| r != self.rank()) {
+            let _ = self.transport.send_notice(peer, notice);
+        }
+    }
+}
+
+/// A number that differs between communicators (and processes) with high probability: std's
+/// randomly seeded hasher over the time.
+fn random_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(now.as_nanos());
+    }
+    hasher.finish()
 }
 
 impl<T: ?Sized + Transport> Communicator<T> {
@@ -244,14 +268,24 @@ impl Communicator {
         self.sequence.load(Ordering::Relaxed)
     }
 
+    /// Number `call` and tell the stall inspector; `Err` without numbering it if a rank that
+    /// must take part has shut down.
+    fn number(&self, call: &Call) -> Result<u64> {
+        let seq = self.next_sequence();
+        self.inspector
+            .check_departed(seq, || format!("starts {}", Label::of(call, seq)))?;
+        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        self.inspector.enter(Label::of(call, seq));
+        Ok(seq)
+    }
+
     fn check_call(
         &self,
         call: &Call,
         refused: Option<&CoreError>,
         role: Role,
     ) -> Result<(u64, Agreement)> {
-        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
-        self.inspector.enter(Label::of(call, seq));
+        let seq = self.number(call)?;
         if !self.check {
             return Ok((seq, Agreement::Same));
         }
@@ -292,8 +326,7 @@ impl Communicator {
         let Some(shared) = self.transport.shared().filter(|_| self.check) else {
             return self.begin(call, None);
         };
-        let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
-        self.inspector.enter(Label::of(call, seq));
+        let seq = self.number(call)?;
         let digest = call.digest(false, &self.words());
         shared.flags().expect([seq, digest]);
         Ok(seq)

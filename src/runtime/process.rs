@@ -89,9 +89,8 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
     let replace = matches!(parent, Parent::Fortran(_)) || state.communicator.is_none();
     if replace {
         let handle = parent.handle()?;
-        // Free the old duplicate first, and the process sets made from it.
-        state.clear_sets();
-        state.communicator = None;
+        // Retire the old duplicate first, and the process sets made from it.
+        state.retire();
         let mut transport = handle.duplicate()?;
         transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         state.communicator = Some(Communicator::new(transport, options)?);
@@ -217,6 +216,29 @@ pub fn process_sets() -> Result<Vec<(SetId, Vec<usize>)>> {
 }
 
 impl State {
+    /// Tell the other ranks of every communicator this rank is in that it leaves them.
+    fn depart(&self) {
+        for communicator in self.sets.values().chain(&self.communicator) {
+            communicator.depart();
+        }
+    }
+
+    /// Put away ringlet's communicator and its process sets without freeing them (they go with
+    /// MPI_Finalize): a departure notice that another rank sent at the same time may still
+    /// arrive on them. Freed, their context id could be reused by the next communicator, and
+    /// Open MPI hands a message for a context id that has no communicator yet to the next one
+    /// made with it, where it breaks the order of that communicator's messages (a hang, seen
+    /// with `shutdown()` then `init()`).
+    fn retire(&mut self) {
+        for (_, set) in std::mem::take(&mut self.sets) {
+            set.into_transport().retire();
+        }
+        if let Some(communicator) = self.communicator.take() {
+            communicator.into_transport().retire();
+        }
+        self.clear_sets();
+    }
+
     fn clear_sets(&mut self) {
         self.sets.clear();
         self.set_ranks.clear();
@@ -304,8 +326,8 @@ pub fn caller_thread() -> u64 {
 /// be called again.
 pub fn shutdown() {
     let mut state = state();
-    state.clear_sets();
-    state.communicator = None;
+    state.depart();
+    state.retire();
     crate::auto::clear();
 }
 
@@ -313,6 +335,7 @@ pub fn shutdown() {
 /// Returns whether MPI_Finalize was called.
 pub fn finalize() -> bool {
     let mut state = state();
+    state.depart();
     for (_, set) in std::mem::take(&mut state.sets) {
         set.into_transport().release();
     }

@@ -3,11 +3,19 @@
 //! the other ranks' reports and names the ranks that have not joined; with a timeout set, a
 //! rank that has waited too long ends the job rather than hang forever.
 //!
+//! It also hears when a rank shuts ringlet down ([`StallInspector::departure`], sent by
+//! [`super::communicator::Communicator::depart`]): a wait for a collective that the departed
+//! rank never took part in can never end, so it ends with an error naming the rank and how far
+//! it got, and so does every later call. A rank that is only slow has sent no such notice, so it
+//! is never taken for one that left.
+//!
 //! It works over any [`Transport`] (reports travel as notices), so the in-process transport
 //! tests it with the same messages as MPI.
 
 use super::call::Label;
-use crate::transport::{Transport, Watcher};
+use crate::error::{CoreError, Result};
+use crate::transport::{Notice, Transport, Watcher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,25 +35,115 @@ pub fn stderr_sink() -> Sink {
 
 pub struct StallInspector {
     policy: StallPolicy,
+    /// The same on every rank of the communicator, and (almost surely) different from any
+    /// earlier communicator's: notices sent on a communicator that has since been freed and
+    /// whose context MPI reuses are told apart by it.
+    key: u64,
+    /// Each rank's host, to name it in messages (when the ranks span several hosts).
+    hosts: Vec<String>,
     /// The collective in progress.
     current: Mutex<Option<Label>>,
     /// On rank 0: the last collective each rank reported waiting in.
     reports: Mutex<Vec<Option<u64>>>,
+    /// For each rank that has shut down: how many collectives it had made.
+    departed: Mutex<Vec<Option<u64>>>,
+    /// Whether `departed` has an entry (checked at every call, so without the lock).
+    any_departed: AtomicBool,
     sink: Sink,
 }
+
+/// What a notice says, in its first word's top byte (the rest is the communicator's key).
+const WAITING: u64 = 1;
+const DEPARTED: u64 = 2;
+const KIND_SHIFT: u32 = 56;
+const KEY_MASK: u64 = (1 << KIND_SHIFT) - 1;
 
 /// Per-wait flags.
 const WARNED: u8 = 1;
 const SUMMARIZED: u8 = 2;
 
 impl StallInspector {
-    pub fn new(policy: StallPolicy, ranks: usize, sink: Sink) -> Self {
+    /// An inspector for a communicator whose ranks run on `hosts` (one per rank) and agreed on
+    /// `key`.
+    pub fn new(policy: StallPolicy, key: u64, hosts: Vec<String>, sink: Sink) -> Self {
+        let ranks = hosts.len();
         StallInspector {
             policy,
+            key: key & KEY_MASK,
+            hosts,
             current: Mutex::new(None),
             reports: Mutex::new(vec![None; ranks]),
+            departed: Mutex::new(vec![None; ranks]),
+            any_departed: AtomicBool::new(false),
             sink,
         }
+    }
+
+    fn notice(&self, kind: u64, value: u64) -> Notice {
+        [kind << KIND_SHIFT | self.key, value]
+    }
+
+    /// The notice that tells the other ranks this one has shut down after `completed`
+    /// collectives.
+    pub fn departure(&self, completed: u64) -> Notice {
+        self.notice(DEPARTED, completed)
+    }
+
+    /// " (host h)" for `rank` when the ranks span several hosts, else "".
+    fn host_of(&self, rank: usize) -> String {
+        match self.hosts.get(rank) {
+            Some(host) if self.hosts.iter().any(|h| h != host) => format!(" (host {host})"),
+            _ => String::new(),
+        }
+    }
+
+    /// Sort the notices that have arrived: stall reports (kept on rank 0) and departures. Notices
+    /// of another communicator (one freed before this was made) are dropped.
+    fn take_notices(&self, transport: &dyn Transport) {
+        for (source, [head, value]) in transport.take_notices() {
+            if head & KEY_MASK != self.key {
+                continue;
+            }
+            let slots = match head >> KIND_SHIFT {
+                WAITING => &self.reports,
+                DEPARTED => {
+                    self.any_departed.store(true, Ordering::Release);
+                    &self.departed
+                }
+                _ => continue,
+            };
+            if let Some(slot) = slots
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(source)
+            {
+                *slot = Some(value);
+            }
+        }
+    }
+
+    /// `Err` if a rank has shut down before taking part in collective `seq` (which can then
+    /// never complete); `doing` says what this rank does, for the message.
+    pub fn check_departed(&self, seq: u64, doing: impl FnOnce() -> String) -> Result<()> {
+        if !self.any_departed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let departed = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((rank, completed)) = departed
+            .iter()
+            .enumerate()
+            .find_map(|(rank, completed)| completed.filter(|&c| c <= seq).map(|c| (rank, c)))
+        else {
+            return Ok(());
+        };
+        let plural = if completed == 1 { "" } else { "s" };
+        Err(CoreError::Communication(format!(
+            "rank {rank}{} has shut down ringlet (ringlet.shutdown() or the end of its program) \
+             after {completed} collective{plural} while this rank {}; no collective on this \
+             communicator can complete without it",
+            self.host_of(rank),
+            doing()
+        )))
     }
 
     pub fn policy(&self) -> StallPolicy {
@@ -69,15 +167,10 @@ impl StallInspector {
             .map_or_else(|| "a collective".into(), |label| label.to_string())
     }
 
-    /// On rank 0: take in the reports that have arrived, and name the ranks that have not
-    /// reported waiting in collective `seq` (rank 0 itself is waiting in it).
+    /// On rank 0: name the ranks that have not reported waiting in collective `seq` (rank 0
+    /// itself is waiting in it).
     fn missing_from(&self, transport: &dyn Transport, seq: u64) -> Vec<usize> {
-        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-        for (source, reported) in transport.take_notices() {
-            if let Some(slot) = reports.get_mut(source) {
-                *slot = Some(reported);
-            }
-        }
+        let reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
         (1..transport.size())
             .filter(|&r| reports.get(r).copied().flatten() != Some(seq))
             .collect()
@@ -85,21 +178,32 @@ impl StallInspector {
 }
 
 impl Watcher for StallInspector {
-    fn waiting(&self, transport: &dyn Transport, peer: usize, waited: Duration, flags: &mut u8) {
+    fn waiting(
+        &self,
+        transport: &dyn Transport,
+        peer: usize,
+        waited: Duration,
+        flags: &mut u8,
+    ) -> Result<()> {
+        self.take_notices(transport);
+        if let Some(label) = self.current() {
+            self.check_departed(label.seq, || format!("waits in {label}"))?;
+        }
         let rank = transport.rank();
         let seconds = waited.as_secs_f64();
         if let Some(limit) = self.policy.warning {
             if *flags & WARNED == 0 && waited >= limit {
                 (self.sink)(&format!(
-                    "ringlet: rank {rank} has waited {seconds:.0} s in {} for rank {peer}, which \
-                     has not joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
+                    "ringlet: rank {rank} has waited {seconds:.0} s in {} for rank {peer}{}, \
+                     which has not joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
                     self.describe_current(),
+                    self.host_of(peer),
                     limit.as_secs_f64()
                 ));
                 *flags |= WARNED;
                 if let (Some(label), true) = (self.current(), rank != 0) {
                     // Diagnostics: if the report cannot be sent, the local warning stands.
-                    let _ = transport.send_notice(0, label.seq);
+                    let _ = transport.send_notice(0, self.notice(WAITING, label.seq));
                 }
             }
             // Rank 0, half a period later, names the ranks it heard nothing from.
@@ -107,7 +211,10 @@ impl Watcher for StallInspector {
                 if let Some(label) = self.current() {
                     let missing = self.missing_from(transport, label.seq);
                     if !missing.is_empty() {
-                        let list: Vec<String> = missing.iter().map(usize::to_string).collect();
+                        let list: Vec<String> = missing
+                            .iter()
+                            .map(|&r| format!("{r}{}", self.host_of(r)))
+                            .collect();
                         (self.sink)(&format!(
                             "ringlet: {label} has waited {seconds:.0} s: rank(s) {} have not \
                              joined it (every other rank reports waiting)",
@@ -121,11 +228,13 @@ impl Watcher for StallInspector {
         if let Some(limit) = self.policy.timeout.filter(|limit| waited >= *limit) {
             (self.sink)(&format!(
                 "ringlet: rank {rank} gives up after {seconds:.0} s in {} waiting for rank \
-                 {peer} (RINGLET_TIMEOUT={}): ending the job",
+                 {peer}{} (RINGLET_TIMEOUT={}): ending the job",
                 self.describe_current(),
+                self.host_of(peer),
                 limit.as_secs_f64()
             ));
             transport.abort(1);
         }
+        Ok(())
     }
 }

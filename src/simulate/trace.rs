@@ -9,7 +9,9 @@
 
 use crate::error::{CoreError, Result};
 use crate::kernels;
-use crate::transport::{Destination, MessageLimits, Nodes, Pending, Request, Transport, Watcher};
+use crate::transport::{
+    Destination, MessageLimits, Nodes, Notice, Pending, Request, Transport, Watcher,
+};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,11 +170,11 @@ impl Transport for Recorder {
         self.message_limits = limits;
     }
 
-    fn send_notice(&self, _dest: usize, _notice: u64) -> Result<()> {
+    fn send_notice(&self, _dest: usize, _notice: Notice) -> Result<()> {
         Ok(())
     }
 
-    fn take_notices(&self) -> Vec<(usize, u64)> {
+    fn take_notices(&self) -> Vec<(usize, Notice)> {
         Vec::new()
     }
 

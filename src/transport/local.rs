@@ -7,7 +7,8 @@
 use super::nodes::Nodes;
 use super::shm::{LocalShared, SharedMemory};
 use super::{
-    message_pieces, wrong_length, Destination, MessageLimits, Pending, Request, Transport, Watcher,
+    message_pieces, wrong_length, Destination, MessageLimits, Notice, Pending, Request, Transport,
+    Watcher,
 };
 use crate::error::{CoreError, Result};
 use std::cell::Cell;
@@ -23,8 +24,8 @@ pub struct LocalTransport {
     rank: usize,
     to: Vec<Sender<Vec<u8>>>,
     from: Vec<Receiver<Vec<u8>>>,
-    notices_to: Vec<Sender<(usize, u64)>>,
-    notices: Receiver<(usize, u64)>,
+    notices_to: Vec<Sender<(usize, Notice)>>,
+    notices: Receiver<(usize, Notice)>,
     limits: MessageLimits,
     watcher: Option<Arc<dyn Watcher>>,
     bytes_sent: Cell<usize>,
@@ -272,14 +273,14 @@ impl Transport for LocalTransport {
         self.limits = limits.clamped();
     }
 
-    fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
+    fn send_notice(&self, dest: usize, notice: Notice) -> Result<()> {
         self.check_peer(dest)?;
         // A rank that has exited hears nothing; notices are diagnostics, so that is fine.
         let _ = self.notices_to[dest].send((self.rank, notice));
         Ok(())
     }
 
-    fn take_notices(&self) -> Vec<(usize, u64)> {
+    fn take_notices(&self) -> Vec<(usize, Notice)> {
         self.notices.try_iter().collect()
     }
 

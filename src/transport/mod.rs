@@ -24,9 +24,11 @@
 //! A transport over a communication library may also offer the library's own collectives
 //! ([`LibraryCollectives`], MPI's), for the `mpi` algorithms; the others decline.
 //!
-//! Besides data, a transport carries *notices*: single `u64`s on a separate channel that never
-//! match data messages (the runtime's stall inspector reports with them). And while a wait
-//! lasts, the transport tells its [`Watcher`], if it has one, how long it has been waiting.
+//! Besides data, a transport carries *notices*: pairs of `u64`s on a separate channel that never
+//! match data messages (the runtime's stall inspector reports with them, and a rank that shuts
+//! down says so with one). And while a wait lasts, the transport tells its [`Watcher`], if it
+//! has one, how long it has been waiting; the watcher may end the wait with an error, and the
+//! wait then abandons what it started ([`Pending::abandon`]).
 
 pub mod environment;
 pub mod library;
@@ -54,6 +56,8 @@ pub type Pieces<'a> = SmallVec<[&'a [u8]; 2]>;
 pub type PiecesMut<'a> = SmallVec<[&'a mut [u8]; 2]>;
 /// Lengths of consecutive pieces.
 pub type Cuts = SmallVec<[usize; 2]>;
+/// A notice: two words whose meaning is the runtime's.
+pub type Notice = [u64; 2];
 
 /// Where a receive puts what arrives.
 pub enum Destination<'a> {
@@ -109,12 +113,22 @@ pub trait Pending<'a> {
     fn peer(&self) -> usize;
     /// A completed receive's destination; `None` for sends.
     fn into_destination(self: Box<Self>) -> Option<Destination<'a>>;
+    /// Give the operation up (its watcher ended the wait: the peer will never answer). Once this
+    /// returns, nothing writes into the destination any more; a send may still be read from.
+    fn abandon(&mut self) {}
 }
 
 /// Told how long a wait has lasted, now and then while it lasts (the runtime's stall
-/// inspector). `flags` belongs to the watcher: it starts at 0 for each wait.
+/// inspector). `flags` belongs to the watcher: it starts at 0 for each wait. An error ends the
+/// wait with that error.
 pub trait Watcher: Send + Sync {
-    fn waiting(&self, transport: &dyn Transport, peer: usize, waited: Duration, flags: &mut u8);
+    fn waiting(
+        &self,
+        transport: &dyn Transport,
+        peer: usize,
+        waited: Duration,
+        flags: &mut u8,
+    ) -> Result<()>;
 }
 
 /// How often a long wait reports to its watcher.
@@ -180,7 +194,10 @@ impl<'a> Request<'a> {
         loop {
             if let Some((transport, watcher)) = watcher {
                 let waited = WATCH_PERIOD + started.elapsed();
-                watcher.waiting(transport, op.peer(), waited, &mut flags);
+                if let Err(error) = watcher.waiting(transport, op.peer(), waited, &mut flags) {
+                    op.abandon();
+                    return Err(error);
+                }
             }
             if op.wait_for(WATCH_PERIOD)? {
                 return Ok(op.into_destination());
@@ -264,10 +281,11 @@ pub trait Transport {
     fn message_limits(&self) -> MessageLimits;
     fn set_message_limits(&mut self, limits: MessageLimits);
 
-    /// Send a notice to `dest`; it does not wait for the receiver.
-    fn send_notice(&self, dest: usize, notice: u64) -> Result<()>;
+    /// Send a notice to `dest`; it does not wait for the receiver (at most briefly for the
+    /// library to take it).
+    fn send_notice(&self, dest: usize, notice: Notice) -> Result<()>;
     /// The notices that have arrived since the last call: (source, notice).
-    fn take_notices(&self) -> Vec<(usize, u64)>;
+    fn take_notices(&self) -> Vec<(usize, Notice)>;
 
     /// Who hears about long waits.
     fn watcher(&self) -> Option<&dyn Watcher>;

@@ -14,8 +14,8 @@ use super::nodes::Nodes;
 use super::shm::SharedMemory;
 use super::waiting::Backoff;
 use super::{
-    message_pieces, wrong_length, Destination, LibraryCollectives, MessageLimits, Pending, Request,
-    Transport, Watcher,
+    message_pieces, wrong_length, Destination, LibraryCollectives, MessageLimits, Notice, Pending,
+    Request, Transport, Watcher,
 };
 use crate::error::{CoreError, Result};
 use mpi::ffi;
@@ -38,6 +38,26 @@ const TAG: c_int = 0x52_4c; // "RL"
 const NOTICE_TAG: c_int = TAG + 1;
 /// Probed, never sent: a probe drives MPI's progress.
 const PROGRESS_TAG: c_int = TAG + 2;
+const NOTICE_BYTES: usize = 16;
+/// How long sending a notice may wait for MPI to take it (it is eager, so only a peer whose host
+/// cannot be reached makes it wait).
+const NOTICE_GRACE: Duration = Duration::from_secs(1);
+
+fn notice_bytes([first, second]: Notice) -> [u8; NOTICE_BYTES] {
+    let mut bytes = [0u8; NOTICE_BYTES];
+    bytes[..8].copy_from_slice(&first.to_le_bytes());
+    bytes[8..].copy_from_slice(&second.to_le_bytes());
+    bytes
+}
+
+fn notice_from(bytes: [u8; NOTICE_BYTES]) -> Notice {
+    let word = |range: std::ops::Range<usize>| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[range]);
+        u64::from_le_bytes(word)
+    };
+    [word(0..8), word(8..16)]
+}
 
 pub struct MpiTransport {
     /// `None` only after MPI was finalized under us; then the handle is leaked, not freed.
@@ -227,6 +247,15 @@ impl MpiTransport {
         Ok(pending)
     }
 
+    /// Leave the communicator to MPI_Finalize instead of freeing it, so that its context id is
+    /// never reused in this process: messages sent to this rank on it that it never received
+    /// then stay with it (see the runtime's `shutdown`).
+    pub fn retire(mut self) {
+        if let Some(comm) = self.comm.take() {
+            std::mem::forget(comm);
+        }
+    }
+
     /// Free the communicator now (it must happen before MPI_Finalize).
     pub fn release(&mut self) {
         if let Some(comm) = self.comm.take() {
@@ -345,6 +374,27 @@ impl<'a> Pending<'a> for MpiPending<'a> {
     fn into_destination(mut self: Box<Self>) -> Option<Destination<'a>> {
         self.received.take()
     }
+
+    fn abandon(&mut self) {
+        let receiving = self.received.is_some();
+        for request in &mut self.requests {
+            if receiving {
+                // SAFETY: `request` is a live receive; cancelling one that no message matched
+                // completes it at once, and waiting then guarantees MPI no longer writes into
+                // the destination.
+                unsafe {
+                    ffi::MPI_Cancel(request);
+                    ffi::MPI_Wait(request, ffi::RSMPI_STATUS_IGNORE);
+                }
+            } else {
+                // SAFETY: `request` is a live send to a rank that will never receive it (its
+                // wait was given up); freeing it lets MPI drop it, and MPI only ever reads the
+                // buffer it was given.
+                unsafe { ffi::MPI_Request_free(request) };
+            }
+        }
+        self.requests.clear();
+    }
 }
 
 impl Drop for MpiPending<'_> {
@@ -438,25 +488,50 @@ impl Transport for MpiTransport {
         self.limits = limits.clamped();
     }
 
-    fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
+    fn send_notice(&self, dest: usize, notice: Notice) -> Result<()> {
         let (comm, dest) = (self.raw()?, self.peer(dest)?);
-        let bytes = notice.to_le_bytes();
-        // SAFETY: an 8-byte send from a live local buffer on a live communicator; MPI sends
-        // messages this small eagerly, so it returns without waiting for the receiver.
+        // Boxed: if the receiver's host cannot be reached and the send does not leave within
+        // the grace period, the request is freed and the 16 bytes leaked, as MPI may still read
+        // them (a rank that shuts down must not hang on a peer that is gone).
+        let bytes: Box<[u8; NOTICE_BYTES]> = Box::new(notice_bytes(notice));
+        let mut request = null_request();
+        // SAFETY: a 16-byte send from a heap buffer that outlives the request (freed below only
+        // once the send completed, else leaked) on a live communicator.
         let code = unsafe {
-            ffi::MPI_Send(
+            ffi::MPI_Isend(
                 bytes.as_ptr().cast(),
-                8,
+                NOTICE_BYTES as c_int,
                 ffi::RSMPI_UINT8_T,
                 dest,
                 NOTICE_TAG,
                 comm,
+                &mut request,
             )
         };
-        check(code, "MPI_Send")
+        check(code, "MPI_Isend")?;
+        let mut backoff = Backoff::new();
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: `request` is the live send request made above.
+            let code = unsafe { ffi::MPI_Test(&mut request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            check(code, "MPI_Test")?;
+            if flag != 0 {
+                return Ok(());
+            }
+            if backoff.waited() >= NOTICE_GRACE {
+                // SAFETY: freeing a live request; MPI completes or drops the send on its own,
+                // reading only `bytes`, which is leaked for it.
+                unsafe { ffi::MPI_Request_free(&mut request) };
+                Box::leak(bytes);
+                return Err(CoreError::Communication(format!(
+                    "a notice to rank {dest} did not leave within {NOTICE_GRACE:?}"
+                )));
+            }
+            backoff.pause();
+        }
     }
 
-    fn take_notices(&self) -> Vec<(usize, u64)> {
+    fn take_notices(&self) -> Vec<(usize, Notice)> {
         let mut notices = Vec::new();
         let Ok(comm) = self.raw() else {
             return notices;
@@ -478,12 +553,12 @@ impl Transport for MpiTransport {
             if code != ffi::MPI_SUCCESS as c_int || flag == 0 {
                 return notices;
             }
-            let mut bytes = [0u8; 8];
-            // SAFETY: receiving the 8-byte notice just probed into a live local buffer.
+            let mut bytes = [0u8; NOTICE_BYTES];
+            // SAFETY: receiving the notice just probed into a live local buffer of its size.
             let code = unsafe {
                 ffi::MPI_Recv(
                     bytes.as_mut_ptr().cast(),
-                    8,
+                    NOTICE_BYTES as c_int,
                     ffi::RSMPI_UINT8_T,
                     status.MPI_SOURCE,
                     NOTICE_TAG,
@@ -494,7 +569,7 @@ impl Transport for MpiTransport {
             if code != ffi::MPI_SUCCESS as c_int {
                 return notices;
             }
-            notices.push((status.MPI_SOURCE as usize, u64::from_le_bytes(bytes)));
+            notices.push((status.MPI_SOURCE as usize, notice_from(bytes)));
         }
     }
 

@@ -154,7 +154,7 @@ impl Flags {
             if waited >= reported + WATCH_PERIOD {
                 reported = waited;
                 if let Some(watcher) = transport.watcher() {
-                    watcher.waiting(transport, peer, waited, &mut watch_flags);
+                    watcher.waiting(transport, peer, waited, &mut watch_flags)?;
                 }
                 if self.give_up_after.is_some_and(|limit| waited >= limit) {
                     return Err(CoreError::Communication(format!(

@@ -7,7 +7,7 @@
 //! of ranks (those of one node and those across nodes never do).
 
 use super::nodes::Nodes;
-use super::{Destination, LibraryCollectives, MessageLimits, Request, Transport, Watcher};
+use super::{Destination, LibraryCollectives, MessageLimits, Notice, Request, Transport, Watcher};
 use crate::error::{CoreError, Result};
 use std::sync::Arc;
 
@@ -79,12 +79,12 @@ impl Transport for View<'_> {
     /// The underlying transport splits the messages, at its own limits.
     fn set_message_limits(&mut self, _limits: MessageLimits) {}
 
-    fn send_notice(&self, dest: usize, notice: u64) -> Result<()> {
+    fn send_notice(&self, dest: usize, notice: Notice) -> Result<()> {
         self.inner.send_notice(self.underlying(dest)?, notice)
     }
 
     /// Notices stay with the underlying transport, whose owner takes them.
-    fn take_notices(&self) -> Vec<(usize, u64)> {
+    fn take_notices(&self) -> Vec<(usize, Notice)> {
         Vec::new()
     }
 
