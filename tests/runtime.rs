@@ -1053,3 +1053,36 @@ fn join_on_one_rank_returns_at_once_and_every_rank_joining_together_agrees() {
             .all(|&ok| ok));
     }
 }
+
+#[test]
+fn a_departure_counts_only_for_collectives_the_rank_never_made_and_only_on_its_communicator() {
+    use _core::runtime::call::{Call, Kind, Label};
+    use _core::runtime::stall::StallInspector;
+    use _core::transport::{Transport, Watcher};
+    let transports = LocalTransport::group(2);
+    let inspector =
+        |key| StallInspector::new(StallPolicy::default(), key, vec!["h".into(); 2], quiet());
+    let (mine, theirs, earlier) = (inspector(42), inspector(42), inspector(7));
+    // Rank 1 made 3 collectives (#0-#2) and left; a notice of an earlier communicator (another
+    // key, as after shutdown() and init()) says it left after none.
+    transports[1]
+        .send_notice(0, theirs.departure(3))
+        .expect("sent");
+    transports[1]
+        .send_notice(0, earlier.departure(0))
+        .expect("sent");
+    let barrier = Call::new(Kind::Barrier, 0);
+    let wait = |seq| {
+        mine.enter(Label::of(&barrier, seq));
+        mine.waiting(&transports[0], 1, Duration::from_millis(100), &mut 0)
+    };
+    // It took part in #2, so its data for #2 is on the way (it left right after sending).
+    assert_eq!(wait(2), Ok(()));
+    let error = wait(3).expect_err("rank 1 never made #3");
+    assert!(
+        error
+            .to_string()
+            .contains("after 3 collectives while this rank waits in barrier #3"),
+        "{error}"
+    );
+}
