@@ -91,6 +91,9 @@ pub struct Options {
     pub stall: StallPolicy,
     /// This rank's host name (gathered from every rank at construction).
     pub host: String,
+    /// Each rank's number in ringlet's communicator, for messages (a process set's members);
+    /// empty: the communicator is ringlet's own.
+    pub ranks: Vec<usize>,
     /// Where the stall inspector's messages go.
     pub sink: Sink,
     /// Let `auto` try close alternatives on real calls (`RINGLET_EXPLORE`).
@@ -123,6 +126,7 @@ impl<T: Transport> Communicator<T> {
             options.stall,
             key,
             hosts.clone(),
+            options.ranks,
             options.sink,
         ));
         transport.set_watcher(inspector.clone());

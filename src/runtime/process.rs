@@ -112,6 +112,7 @@ fn options_from_env() -> Result<Options> {
             timeout: env_seconds("RINGLET_TIMEOUT", None)?,
         },
         host: String::new(), // known once MPI runs
+        ranks: Vec::new(),
         sink: stderr_sink(),
         explore: env_flag("RINGLET_EXPLORE", true)?,
     })
@@ -186,6 +187,7 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
         transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
         let mut options = options_from_env()?;
         options.host = environment::processor_name();
+        options.ranks = ranks.to_vec();
         let mut communicator = Communicator::new(transport, options)?;
         communicator.set_settings(settings)?;
         state.sets.insert(id, communicator);

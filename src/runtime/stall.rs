@@ -41,6 +41,9 @@ pub struct StallInspector {
     key: u64,
     /// Each rank's host, to name it in messages (when the ranks span several hosts).
     hosts: Vec<String>,
+    /// Each rank's number in ringlet's communicator, which messages use (a process set numbers
+    /// its ranks from 0).
+    ranks: Vec<usize>,
     /// The collective in progress.
     current: Mutex<Option<Label>>,
     /// On rank 0: the last collective each rank reported waiting in.
@@ -63,17 +66,29 @@ const WARNED: u8 = 1;
 const SUMMARIZED: u8 = 2;
 
 impl StallInspector {
-    /// An inspector for a communicator whose ranks run on `hosts` (one per rank) and agreed on
-    /// `key`.
-    pub fn new(policy: StallPolicy, key: u64, hosts: Vec<String>, sink: Sink) -> Self {
-        let ranks = hosts.len();
+    /// An inspector for a communicator whose ranks run on `hosts` (one per rank), are `ranks`
+    /// of ringlet's communicator (empty: the same numbers) and agreed on `key`.
+    pub fn new(
+        policy: StallPolicy,
+        key: u64,
+        hosts: Vec<String>,
+        ranks: Vec<usize>,
+        sink: Sink,
+    ) -> Self {
+        let size = hosts.len();
+        let ranks = if ranks.len() == size {
+            ranks
+        } else {
+            (0..size).collect()
+        };
         StallInspector {
             policy,
             key: key & KEY_MASK,
             hosts,
+            ranks,
             current: Mutex::new(None),
-            reports: Mutex::new(vec![None; ranks]),
-            departed: Mutex::new(vec![None; ranks]),
+            reports: Mutex::new(vec![None; size]),
+            departed: Mutex::new(vec![None; size]),
             any_departed: AtomicBool::new(false),
             sink,
         }
@@ -89,7 +104,16 @@ impl StallInspector {
         self.notice(DEPARTED, completed)
     }
 
-    /// " (host h)" for `rank` when the ranks span several hosts, else "".
+    /// "rank 3", as ringlet's communicator numbers it, with " (host h)" when the ranks span
+    /// several hosts.
+    fn name(&self, rank: usize) -> String {
+        format!("rank {}{}", self.number(rank), self.host_of(rank))
+    }
+
+    fn number(&self, rank: usize) -> usize {
+        self.ranks.get(rank).copied().unwrap_or(rank)
+    }
+
     fn host_of(&self, rank: usize) -> String {
         match self.hosts.get(rank) {
             Some(host) if self.hosts.iter().any(|h| h != host) => format!(" (host {host})"),
@@ -138,10 +162,10 @@ impl StallInspector {
         };
         let plural = if completed == 1 { "" } else { "s" };
         Err(CoreError::Communication(format!(
-            "rank {rank}{} has shut down ringlet (ringlet.shutdown() or the end of its program) \
-             after {completed} collective{plural} while this rank {}; no collective on this \
+            "{} has shut down ringlet (ringlet.shutdown() or the end of its program) after \
+             {completed} collective{plural} while this rank {}; no collective on this \
              communicator can complete without it",
-            self.host_of(rank),
+            self.name(rank),
             doing()
         )))
     }
@@ -194,10 +218,11 @@ impl Watcher for StallInspector {
         if let Some(limit) = self.policy.warning {
             if *flags & WARNED == 0 && waited >= limit {
                 (self.sink)(&format!(
-                    "ringlet: rank {rank} has waited {seconds:.0} s in {} for rank {peer}{}, \
-                     which has not joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
+                    "ringlet: rank {} has waited {seconds:.0} s in {} for {}, which has not \
+                     joined it (or is itself waiting); RINGLET_STALL_WARNING={}",
+                    self.number(rank),
                     self.describe_current(),
-                    self.host_of(peer),
+                    self.name(peer),
                     limit.as_secs_f64()
                 ));
                 *flags |= WARNED;
@@ -213,7 +238,7 @@ impl Watcher for StallInspector {
                     if !missing.is_empty() {
                         let list: Vec<String> = missing
                             .iter()
-                            .map(|&r| format!("{r}{}", self.host_of(r)))
+                            .map(|&r| format!("{}{}", self.number(r), self.host_of(r)))
                             .collect();
                         (self.sink)(&format!(
                             "ringlet: {label} has waited {seconds:.0} s: rank(s) {} have not \
@@ -227,10 +252,11 @@ impl Watcher for StallInspector {
         }
         if let Some(limit) = self.policy.timeout.filter(|limit| waited >= *limit) {
             (self.sink)(&format!(
-                "ringlet: rank {rank} gives up after {seconds:.0} s in {} waiting for rank \
-                 {peer}{} (RINGLET_TIMEOUT={}): ending the job",
+                "ringlet: rank {} gives up after {seconds:.0} s in {} waiting for {} \
+                 (RINGLET_TIMEOUT={}): ending the job",
+                self.number(rank),
                 self.describe_current(),
-                self.host_of(peer),
+                self.name(peer),
                 limit.as_secs_f64()
             ));
             transport.abort(1);

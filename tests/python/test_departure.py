@@ -92,3 +92,24 @@ def test_a_slow_rank_is_not_taken_for_one_that_left() -> None:
         time.sleep(6)  # longer than a departure takes to be seen
     np.testing.assert_array_equal(ringlet.allreduce(x, "sum"), want)
     np.testing.assert_array_equal(ringlet.allreduce(x, "sum"), want)
+
+
+def test_a_member_that_leaves_makes_the_others_in_its_process_set_raise() -> None:
+    size, me = ringlet.size(), ringlet.rank()
+    fresh_communicator()
+    members = sorted({0, size - 1})
+    both_ends = ringlet.add_process_set(members)
+    x = np.ones(100, dtype=np.float32)
+    if me in members:
+        np.testing.assert_array_equal(ringlet.allreduce(x, "sum", process_set=both_ends),
+                                      x * len(members))
+    if me == size - 1 or me not in members:
+        ringlet.shutdown()
+    else:
+        with pytest.raises(ringlet.RingletError) as waiting:
+            ringlet.allreduce(x, "sum", process_set=both_ends)
+        rank, _, doing, what, _ = departure(waiting.value)
+        # Named as ringlet's communicator numbers it, not as the set does.
+        assert (rank, doing, what) == (size - 1, "waits in", "allreduce")
+        ringlet.shutdown()
+    in_step_after_restart(x)
