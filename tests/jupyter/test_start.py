@@ -182,6 +182,7 @@ def test_a_launcher_seen_to_stop_is_told_the_same_way(monkeypatch):
         ({"n": 0}, "n must be a positive number of engines"),
         ({"n": 2.5}, "n must be a positive number of engines"),
         ({"n": 2, "hosts": ["node1"], "engines": "slurm"}, "hosts applies to engines='mpi' only"),
+        ({"n": 2, "sbatch_args": ["--nodes=2"]}, "sbatch_args applies to engines='slurm' only"),
         ({"n": 2, "hosts": [""]}, "hosts must be a hostfile's path or a list of host names"),
         ({"n": 2, "mpiexec": "no-such-mpiexec"}, "no MPI launcher 'no-such-mpiexec' on PATH"),
     ],
