@@ -16,9 +16,9 @@
 # Everything lives in build/emulated-cluster/slurm: slurm.conf (Slurm's commands find it through
 # SLURM_CONF, so nothing is written to /etc), munge's key and socket (munged runs in this
 # machine's own network namespace: its socket is a file, which every namespace reaches), and each
-# daemon's pid file, log and spool directory. Each slurmd runs in its host's namespace with the
-# host's name (unshare --uts), so the jobs it starts see that hostname, as MPI ranks started by
-# the rsh agent do. Plugins that need nothing from this VM: proctrack/linuxproc (a job's
+# daemon's pid file, log and spool directory. Each slurmd runs in its host's network namespace
+# with the host's name, /etc/hosts and a /tmp of its own (on_host below), so the jobs it starts
+# see what a node's would. Plugins that need nothing from this VM: proctrack/linuxproc (a job's
 # processes are found by parentage, no cgroups), task/none (no binding: the hosts share 2 cores),
 # select/cons_tres with CR_CPU on nodes that declare 4 CPUs each (config_overrides: slurmd does
 # not check them against this machine's), no accounting. MpiDefault is none: `srun --mpi=pmix`
@@ -53,10 +53,13 @@ install() {
   [[ -z $missing ]] && return 0
   [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null \
     || die "Slurm is not installed; install ${PACKAGES[*]} (Debian/Ubuntu names)"
-  echo "emulated_slurm: installing $missing with apt-get"
+  read -r -a missing <<< "$missing"
+  echo "emulated_slurm: installing ${missing[*]} with apt-get"
   apt-get update -qq
-  # Not started by apt (no systemd here, or policy-rc.d): `up` starts its own daemons.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  # `up` starts daemons of its own, with their own configuration and munge socket: whatever apt
+  # may start as services (with /etc's configuration) does not meet them.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >/dev/null
 }
 
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
