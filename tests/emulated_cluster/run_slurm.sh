@@ -43,7 +43,7 @@ status=0
 # The tests' files under build/, not /tmp: each host has a /tmp of its own (as real nodes do),
 # and jobs on every host write there, as on a cluster's shared file system.
 output=$(timeout -k 10 1200 bash "$CLUSTER" on 0 "$PYTHON" -m pytest -v --color=no \
-  -p no:cacheprovider --basetemp="$REPORTS/tmp" "${select[@]}" \
+  -p no:cacheprovider --durations=0 --basetemp="$REPORTS/tmp" "${select[@]}" \
   tests/emulated_cluster/test_slurm.py 2>&1) || status=$?
 echo "$output" > "$REPORTS/pytest.log"
 echo "$output" | grep -E "(PASSED|FAILED|ERROR|SKIPPED)( |$)" || true

@@ -4,7 +4,10 @@ run, whether allreduce is exact, whether a mismatch raises MismatchError. Each r
 what it found to $PROBE_DIR/rank<r>.json; the test compares that with Slurm's placement.
 
 Inputs are small integers, so the sums are exact in every algorithm and NumPy's sum is the
-answer."""
+answer.
+
+`slurm_probe.py --loop SECONDS`: allreduce after allreduce for that long instead (the test of a
+node cut off mid-job); each rank writes rank<r>.looping once it is under way."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +64,21 @@ def main() -> None:
     ringlet.shutdown()
 
 
+def loop(seconds: float) -> None:
+    ringlet.init()
+    x = np.ones(1 << 16, np.float32)
+    started = time.monotonic()
+    calls = 0
+    while time.monotonic() - started < seconds:
+        ringlet.allreduce(x)
+        calls += 1
+        if calls == 20:
+            Path(os.environ["PROBE_DIR"], f"rank{ringlet.rank()}.looping").touch()
+    ringlet.shutdown()
+
+
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    if sys.argv[1:2] == ["--loop"]:
+        loop(float(sys.argv[2]))
+    else:
+        main()

@@ -214,6 +214,44 @@ def test_ringletrun_inside_an_allocation(tmp_path):
     check_probe(tmp_path, ranks=4, per_node=2, output=job)
 
 
+def test_a_node_cut_off_mid_job(tmp_path):
+    """docs/guide/running.md, "A node that becomes unreachable": under srun --mpi=pmix, the
+    ranks' RINGLET_TIMEOUT ends the job (MPI_Abort reaches slurmstepd, which cancels the step)
+    although Slurm cannot reach the cut-off host; once its link is back, nothing is left."""
+    timeout = 15
+    job = subprocess.Popen(
+        ["srun", "--nodes=4", "--ntasks-per-node=1", "--mpi=pmix", PYTHON, PROBE, "--loop", "300"],
+        env=job_environment(tmp_path, RINGLET_TIMEOUT=str(timeout)), cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((tmp_path / "probe").glob("*.looping"))) < 4:
+            if job.poll() is not None or time.monotonic() > deadline:
+                job.kill()
+                pytest.fail(f"the ranks did not all get under way: {job.communicate()[0]}")
+            time.sleep(0.2)
+        subprocess.run(["ip", "netns", "exec", "rgl-h3", "ip", "link", "set", "eth0", "down"],
+                       check=True)
+        cut = time.monotonic()
+        output, _ = job.communicate(timeout=120)
+        ended = time.monotonic() - cut
+        assert job.returncode != 0, output
+        # RINGLET_TIMEOUT, then srun's wait for the step's end on the unreachable host.
+        assert timeout <= ended < timeout + 30, (ended, output)
+        assert f"(RINGLET_TIMEOUT={timeout}): ending the job" in output, output
+    finally:
+        if job.poll() is None:
+            job.kill()
+        subprocess.run(["ip", "netns", "exec", "rgl-h3", "ip", "link", "set", "eth0", "up"],
+                       check=True)
+    # Slurm may have set the host DOWN meanwhile (SlurmdTimeout): back to service.
+    run(["scontrol", "update", "nodename=rgl-h3", "state=resume"])
+    deadline = time.monotonic() + 90
+    while run(["sinfo", "-h", "-n", "rgl-h3", "-o", "%T"]).stdout.strip() != "idle":
+        assert time.monotonic() < deadline, run(["sinfo", "-N"]).stdout
+        time.sleep(1)
+
+
 @interactive
 def where_am_i():
     import socket
