@@ -52,8 +52,8 @@ IPYPARALLEL_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_IN
 
 SLURM_PMI = "pmix"
 """The PMI that ``srun`` gives Slurm engines (``SLURM_MPI_TYPE``, srun's ``--mpi``) unless told
-otherwise: the one Slurm's and Open MPI's (4.1 and 5) PMIx support share; without one, each
-engine's MPI_Init fails."""
+otherwise: Open MPI (4.1 and 5) speaks only PMIx to srun; without it, each engine's MPI_Init
+fails (docs: Running, Slurm)."""
 
 
 def _ipyparallel() -> Any:
