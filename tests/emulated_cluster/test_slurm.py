@@ -214,14 +214,17 @@ def test_ringletrun_inside_an_allocation(tmp_path):
     check_probe(tmp_path, ranks=4, per_node=2, output=job)
 
 
-def test_a_node_cut_off_mid_job(tmp_path):
-    """docs/guide/running.md, "A node that becomes unreachable": under srun --mpi=pmix, the
-    ranks' RINGLET_TIMEOUT ends the job (MPI_Abort reaches slurmstepd, which cancels the step)
-    although Slurm cannot reach the cut-off host; once its link is back, nothing is left."""
-    timeout = 15
+CUT_OFF_TIMEOUT = 15
+"""RINGLET_TIMEOUT for the jobs whose host 3 is cut off."""
+
+
+def cut_off_host_3(tmp_path: Path, launch: list[str]) -> tuple[str, int, float]:
+    """Start `launch` (4 nodes x 1 rank, the probe's loop of allreduces), take host 3's link
+    down once every rank is under way, and wait for the job's end: its output, exit status and
+    seconds since the cut. The link comes back, and the host back into service, either way."""
     job = subprocess.Popen(
-        ["srun", "--nodes=4", "--ntasks-per-node=1", "--mpi=pmix", PYTHON, PROBE, "--loop", "300"],
-        env=job_environment(tmp_path, RINGLET_TIMEOUT=str(timeout)), cwd=REPO, text=True,
+        [*launch, PYTHON, PROBE, "--loop", "300"], cwd=REPO, text=True,
+        env=job_environment(tmp_path, RINGLET_TIMEOUT=str(CUT_OFF_TIMEOUT)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
@@ -233,23 +236,47 @@ def test_a_node_cut_off_mid_job(tmp_path):
         subprocess.run(["ip", "netns", "exec", "rgl-h3", "ip", "link", "set", "eth0", "down"],
                        check=True)
         cut = time.monotonic()
-        output, _ = job.communicate(timeout=120)
+        output, _ = job.communicate(timeout=150)
         ended = time.monotonic() - cut
-        assert job.returncode != 0, output
-        # RINGLET_TIMEOUT, then srun's wait for the step's end on the unreachable host.
-        assert timeout <= ended < timeout + 30, (ended, output)
-        assert f"(RINGLET_TIMEOUT={timeout}): ending the job" in output, output
     finally:
         if job.poll() is None:
             job.kill()
         subprocess.run(["ip", "netns", "exec", "rgl-h3", "ip", "link", "set", "eth0", "up"],
                        check=True)
-    # Slurm may have set the host DOWN meanwhile (SlurmdTimeout): back to service.
+    states = run(["sinfo", "-h", "-n", "rgl-h3", "-o", "%T"]).stdout.strip()
+    output += f"\n[rgl-h3 at the job's end: {states}]"
+    # A host Slurm set DOWN stays so once it answers again: back into service, as an
+    # administrator would.
     run(["scontrol", "update", "nodename=rgl-h3", "state=resume"])
     deadline = time.monotonic() + 90
     while run(["sinfo", "-h", "-n", "rgl-h3", "-o", "%T"]).stdout.strip() != "idle":
         assert time.monotonic() < deadline, run(["sinfo", "-N"]).stdout
         time.sleep(1)
+    return output, job.returncode, ended
+
+
+def test_a_node_cut_off_under_srun(tmp_path):
+    """docs/guide/running.md, "A node that becomes unreachable": under srun --mpi=pmix, the
+    ranks' RINGLET_TIMEOUT ends the job (MPI_Abort reaches slurmstepd, which cancels the step)
+    although Slurm cannot reach the cut-off host; once its link is back, nothing is left."""
+    output, status, ended = cut_off_host_3(
+        tmp_path, ["srun", "--nodes=4", "--ntasks-per-node=1", "--mpi=pmix"])
+    assert status != 0, output
+    # RINGLET_TIMEOUT, then srun's wait for the step's end on the unreachable host.
+    assert CUT_OFF_TIMEOUT <= ended < CUT_OFF_TIMEOUT + 30, (ended, output)
+    assert f"(RINGLET_TIMEOUT={CUT_OFF_TIMEOUT}): ending the job" in output, output
+
+
+def test_a_node_cut_off_under_salloc_and_mpirun(tmp_path):
+    """The same under salloc + mpirun: the ranks give up, but mpirun waits for its daemon on the
+    cut-off host; Slurm ends the job when it sets the host DOWN (SlurmdTimeout, 30 s here)."""
+    output, status, ended = cut_off_host_3(
+        tmp_path, ["salloc", "--nodes=4", "--ntasks-per-node=1", "mpirun"])
+    assert status != 0, output
+    assert f"(RINGLET_TIMEOUT={CUT_OFF_TIMEOUT}): ending the job" in output, output
+    assert "Node failure on rgl-h3" in output, output
+    assert "[rgl-h3 at the job's end: down" in output, output
+    assert 30 <= ended < 90, (ended, output)
 
 
 @interactive
