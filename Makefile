@@ -18,8 +18,11 @@
 #
 # An emulated cluster on this machine (root; network namespaces on a bridge, each host's link
 # shaped by tc tbf; tools/emulated_cluster.sh says what it models and what not):
-#   make cluster-up HOSTS=4 RATE=1gbit   make cluster-down
-#   make test-cluster    the cluster tests at every layout (make test runs four of them)
+#   make cluster-up HOSTS=4 RATE=1gbit   make cluster-down (Slurm's daemons too)
+#   make cluster-up SLURM=1   also Slurm: slurmctld on host 0, a slurmd on each host, munge
+#                             (tools/emulated_slurm.sh; installs slurm-wlm's daemons and munge)
+#   make test-cluster    the cluster tests at every layout, and every Slurm test (make test runs
+#                        four layouts and three Slurm tests: sbatch, salloc + mpirun, Jupyter)
 #   make bench-cluster   4 hosts x 2 ranks at 1 Gbit/s, block and round-robin placement
 #   make validate-simulator   the simulator's predictions against the same cluster and one node
 
@@ -115,8 +118,14 @@ test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test
 
 HOSTS ?= 4
 RATE ?= 1gbit
+SLURM ?=
 cluster-up:
 	bash tools/emulated_cluster.sh up $(HOSTS) $(RATE)
+ifeq ($(SLURM),1)
+	bash tools/emulated_slurm.sh install
+	bash tools/emulated_slurm.sh up
+	@bash tools/emulated_slurm.sh env | sed 's/^/Slurm commands run on a host and need: /'
+endif
 
 cluster-down:
 	bash tools/emulated_cluster.sh down
@@ -125,9 +134,11 @@ cluster-down:
 # down, whatever happens.
 test-cluster: setup
 	bash tests/emulated_cluster/run.sh --all
+	bash tests/emulated_cluster/run_slurm.sh --all
 
 test-cluster-quick: setup
 	bash tests/emulated_cluster/run.sh
+	bash tests/emulated_cluster/run_slurm.sh
 
 # make bench-cluster CLUSTER_BENCH_ARGS="--bytes 67108864 --reps 5"
 CLUSTER_BENCH_ARGS ?=

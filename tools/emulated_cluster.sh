@@ -3,7 +3,8 @@
 #
 #   tools/emulated_cluster.sh up [HOSTS] [RATE]   HOSTS network namespaces (default 4), each a "host"
 #                                         whose link is shaped to RATE (default 1gbit) each way
-#   tools/emulated_cluster.sh down                remove everything `up` made (also when half made)
+#   tools/emulated_cluster.sh down                remove everything `up` made (also when half made),
+#                                         and Slurm's daemons if tools/emulated_slurm.sh started them
 #   tools/emulated_cluster.sh status              what exists
 #   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given)
 #   tools/emulated_cluster.sh on INDEX CMD...     CMD on host INDEX (its namespace, its hostname)
@@ -61,6 +62,8 @@ EOF
 
 down() {
   local ns
+  # Slurm's daemons first (tools/emulated_slurm.sh): a namespace's processes outlive its removal.
+  [[ -d $STATE/slurm ]] && bash "$REPO/tools/emulated_slurm.sh" down
   for ns in $(namespaces); do
     ip netns del "$ns" 2>/dev/null || true   # takes the namespace's veth end, and so the pair
   done

