@@ -6,8 +6,8 @@
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
 #   make test-mpich         the whole Python suite under mpirun.mpich, in .venv-mpich
-#   make test-mpich-quick   the quickstart, allreduce, process-set and join tests on 2 ranks under MPICH,
-#                           through the binary wheel in .venv-mpich
+#   make test-mpich-quick   the quickstart, allreduce, process-set, join, shared-memory and departure
+#                           tests on 2 ranks under MPICH, through the binary wheel in .venv-mpich
 # Any target runs against MPICH with MPICH=1 (make quickstart MPICH=1).
 #
 # The binary wheel (README, "Installing"): one file, every CPython from 3.10, a core per MPI ABI:
@@ -269,7 +269,7 @@ mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
 		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py \
-		tests/python/test_shared_memory.py
+		tests/python/test_shared_memory.py tests/python/test_departure.py
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
