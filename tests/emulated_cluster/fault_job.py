@@ -1,11 +1,12 @@
 """One rank of a fault test (tests/emulated_cluster/test_faults.py): exact allreduces in a
 loop, until the test's fault ends the job or the loop's time is up.
 
-    fault_job.py LOG_DIR SECONDS [ELEMENTS]
+    fault_job.py LOG_DIR SECONDS [ELEMENTS [ITERATIONS]]
 
 Each rank writes everything it prints to LOG_DIR/rank<N>.log itself: a rank on a host whose
 link is cut cannot send its output to mpirun. It starts with the rank's pid and host, says
-"ready" after the first allreduce, and every result is checked against NumPy."""
+"ready" after the first allreduce, and every result is checked against NumPy. With ITERATIONS
+it makes exactly that many allreduces (and nothing else) instead of running for SECONDS."""
 
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 
 log_dir, seconds = sys.argv[1], float(sys.argv[2])
 elements = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 18
+iterations = int(sys.argv[4]) if len(sys.argv) > 4 else None
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 log = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 os.dup2(log, 1)
@@ -47,7 +49,13 @@ while True:
     iteration += 1
     if iteration % 100 == 0:
         print(f"{iteration} allreduces exact at {time.monotonic() - started:.1f} s")
-    if time.monotonic() - started > seconds:
+    if iterations is not None:
+        if iteration == iterations:
+            break
+        continue
+    # Every rank stops after the same call: the slowest clock decides.
+    late = np.array([time.monotonic() - started > seconds], dtype=np.int32)
+    if ringlet.allreduce(late, op="max")[0]:
         break
 print(f"done: {iteration} allreduces exact")
 ringlet.barrier()

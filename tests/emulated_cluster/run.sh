@@ -134,7 +134,7 @@ echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|f
   || true
 # Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.
 if [[ $faults_status -eq 0 ]] && summary=$(echo "$faults_out" | tail -n 1) \
-    && [[ $summary =~ ^=*\ *([0-9]+)\ passed(,\ [0-9]+\ deselected)?\ in ]]; then
+    && [[ $summary =~ ^=*\ *([0-9]+)\ passed(,\ [0-9]+\ deselected)?(,\ [0-9]+\ warnings?)?\ in ]]; then
   total=$((total + BASH_REMATCH[1]))
 else
   echo "$faults_out" | tail -n 60
