@@ -278,6 +278,9 @@ def test_a_host_slowed_tenfold_gives_exact_results(job, cluster):
     # time-based stop) would make the fast ranks wait for ranks that wait for the slow one.
     fault = job(env={"RINGLET_STALL_WARNING": "1"}, elements=1 << 20, iterations=6)
     set_rate(CUT_HOST, slow)
+    shown = f"rate {int(cluster[:-4]) * 100}Mbit"  # as tc prints it
+    assert shown in run("tc", "qdisc", "show", "dev", f"rglv{CUT_HOST}")
+    assert shown in on_host(CUT_HOST, "tc", "qdisc", "show", "dev", "eth0")
     fault.start()
     fault.wait_ready(timeout=120)
     fault.wait_end(limit=90)
