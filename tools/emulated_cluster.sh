@@ -8,6 +8,7 @@
 #   tools/emulated_cluster.sh status              what exists
 #   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given)
 #   tools/emulated_cluster.sh on INDEX CMD...     CMD on host INDEX (its namespace, its hostname)
+#   tools/emulated_cluster.sh rate INDEX RATE     reshape host INDEX's link to RATE each way
 #   tools/emulated_cluster.sh options             the mpirun options `mpirun` adds, one per line
 #
 # Each host is a network namespace rgl-hN with one veth (10.77.0.(10+N)/24) on a private bridge
@@ -65,6 +66,10 @@ down() {
   # Slurm's daemons first (tools/emulated_slurm.sh): a namespace's processes outlive its removal.
   [[ -d $STATE/slurm ]] && bash "$REPO/tools/emulated_slurm.sh" down
   for ns in $(namespaces); do
+    # What a job left in a host (the daemon of a host cut off by a fault test, which Open MPI
+    # could not reach to end it), as a scheduler ends a job's leftovers when a node returns:
+    # only processes inside this cluster's namespaces.
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true   # takes the namespace's veth end, and so the pair
   done
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' \
@@ -109,6 +114,16 @@ up() {
   echo "emulated cluster: $hosts hosts (${PREFIX}0-${PREFIX}$((hosts - 1)), $SUBNET.10-$((9 + hosts))), links shaped to $rate each way; hostfile $HOSTFILE"
 }
 
+# Host INDEX's link to RATE both ways, as `up` shapes it (a fault test slows one host).
+reshape() {
+  local index=${1:?host index} rate=${2:?rate} burst
+  [[ -f $HOSTFILE ]] || die "no cluster: run '$0 up' first"
+  burst=$(burst_for "$rate")
+  tc qdisc change dev "rglv$index" root tbf rate "$rate" burst "$burst" latency "${QUEUE:-100ms}"
+  ip netns exec "$PREFIX$index" tc qdisc change dev eth0 root tbf rate "$rate" burst "$burst" \
+    latency "${QUEUE:-100ms}"
+}
+
 status() {
   if [[ ! -f $STATE/shape ]]; then
     echo "no emulated cluster"
@@ -125,11 +140,20 @@ status() {
 # MPI does by itself when it knows a node is oversubscribed): it cannot know here, since each
 # host's slots are its own, and ranks that busy-poll made every step between hosts wait for the
 # scheduler (a 1 MiB ring on 4 hosts x 2 ranks: 95 ms polling, 15 ms yielding).
+# TCP keepalive on the launcher's own connections (mpirun to each host's daemon), after 5 s idle,
+# 5 probes 2 s apart: mpirun learns that a host has become unreachable 10-15 s after it did,
+# and ends the job, naming it (and the host's daemon, if it is idle, ends itself and its
+# ranks). Open MPI's default (300 s, 9 probes 20 s apart) is 8 minutes, and once the job is
+# ending (a rank gave up: RINGLET_TIMEOUT) mpirun waits for the host until TCP gives up,
+# about 15 minutes: the timeout must be longer than this detection (README, "Failure
+# behaviour"). Probes go only on idle connections, 5 lost in a row to end a job.
 mpirun_options() {
   printf '%s\n' --hostfile "$HOSTFILE" --mca mpi_yield_when_idle 1 \
     --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
-    --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1
+    --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 \
+    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 \
+    --mca oob_tcp_keepalive_probes 5
 }
 
 on_host() {
@@ -160,5 +184,6 @@ case ${1:-} in
   mpirun) shift; run_mpirun "$@" ;;
   on) shift; on_host "$@" ;;
   options) mpirun_options ;;
-  *) die "usage: $0 up [HOSTS] [RATE] | down | status | mpirun ARGS... | on INDEX CMD... | options" ;;
+  rate) shift; reshape "$@" ;;
+  *) die "usage: $0 up [HOSTS] [RATE] | down | status | mpirun ARGS... | on INDEX CMD... | rate INDEX RATE | options" ;;
 esac

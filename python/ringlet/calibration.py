@@ -24,11 +24,13 @@ pieces between nodes before any collective runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -210,20 +212,51 @@ def cache_path(key: dict[str, Any]) -> Path:
     return cache_dir() / f"calibration-{digest}.json"
 
 
+_warned_unreadable: set[tuple[str, int, int]] = set()
+"""The unreadable cache files this process has warned about (path, size, mtime): one warning
+per file, though ``init`` and the first ``auto`` call both look for it."""
+
+
 def load(path: Path, key: dict[str, Any]) -> Calibration | None:
-    """The calibration cached at ``path`` for ``key``; None if there is none. A file that
-    cannot be read as one is ignored with a warning (and recalibrated). Local."""
+    """The calibration cached at ``path`` for ``key``; None if there is none, or if it was
+    measured for another key (another ringlet, MPI, layout or settings). A file that cannot be
+    read as one (corrupt, truncated, not text) is ignored with one warning (and recalibrated).
+    Never raises: rank 0 reads for every rank, which would otherwise wait for it. Local."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
+        stat = path.stat()
     except OSError:
         return None
     try:
-        found = Calibration.from_json(text, source=str(path))
-    except (ValueError, TypeError, KeyError) as exc:
-        warnings.warn(f"ringlet: ignoring unreadable calibration cache {path} ({exc}); "
-                      "recalibrating", RuntimeWarning, stacklevel=3)
+        found = Calibration.from_json(data.decode(), source=str(path))
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:  # UnicodeDecodeError too
+        seen = (str(path), stat.st_size, stat.st_mtime_ns)
+        if seen not in _warned_unreadable:
+            _warned_unreadable.add(seen)
+            warnings.warn(f"ringlet: ignoring unreadable calibration cache {path} ({exc}); "
+                          "recalibrating", RuntimeWarning, stacklevel=3)
         return None
     return found if found.key == key else None
+
+
+def save(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: to a temporary file of its own in the same
+    directory, flushed to disk, then renamed over ``path``, so that a job reading the cache
+    (another job, on a shared home directory) sees the old file or the new one, never part of
+    one, and two jobs saving at once leave one of their files whole. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as file:
+            os.fchmod(fd, 0o644)  # as a plain write makes it (mkstemp's is 0600): readable
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
 
 
 def cached() -> Calibration:
@@ -256,10 +289,7 @@ def _calibrate_and_save(key: dict[str, Any], path: Path, recalibrate: bool) -> C
     found = Calibration.from_json(text, source=f"calibrated now, saved to {path}")
     if first:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(text)
-            tmp.replace(path)  # atomic: another job never reads half a file
+            save(path, text)
         except OSError as exc:
             warnings.warn(f"ringlet: cannot save calibration to {path}: {exc}", stacklevel=3)
     return found

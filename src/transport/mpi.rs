@@ -615,8 +615,28 @@ impl Transport for MpiTransport {
     }
 }
 
-/// End every process of the job (MPI_Abort on MPI_COMM_WORLD).
+/// How long MPI_Abort may take before this process ends itself (see `abort`).
+const ABORT_GRACE: Duration = Duration::from_secs(3);
+
+/// End every process of the job (MPI_Abort on MPI_COMM_WORLD); this process ends within
+/// `ABORT_GRACE` whatever MPI does.
 pub fn abort(code: c_int) -> ! {
+    // Open MPI's MPI_Abort returns only once its launcher has killed the job, and the launcher
+    // waits for the daemon of every host: with one host unreachable (its link down) it never
+    // does, and this rank would hang as long as the launcher (issue 25: 141 s, then killed).
+    // So a watchdog ends this process itself if MPI_Abort has not within the grace period:
+    // the rank's exit without MPI_Finalize is what its local daemon reports, and whatever
+    // MPI cannot reach is left to the launcher or the scheduler (README, "When things fail").
+    // If the thread cannot be started, MPI_Abort alone is all there is.
+    let _ = std::thread::Builder::new()
+        .name("ringlet-abort-watchdog".into())
+        .spawn(move || {
+            std::thread::sleep(ABORT_GRACE);
+            // SAFETY: _exit ends the process without running atexit handlers or destructors,
+            // which could block in MPI (finalize) as MPI_Abort did; nothing is left half-done
+            // that the exit code does not already report.
+            unsafe { libc::_exit(code) }
+        });
     // SAFETY: MPI_Abort may be called at any time after initialization; it does not return.
     unsafe {
         ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);

@@ -121,6 +121,26 @@ for row in "| ring |" "| halving_doubling |" "| two_tier |" "| auto |" "| native
   fi
 done
 [[ $failed -eq 0 ]] && total=$((total + 1))
+# Faults across hosts (test_faults.py, plain pytest on this machine): a host cut off mid-loop, a
+# rank killed on another host and a damaged calibration cache (make test); --all adds a host
+# slowed tenfold.
+echo "=== cluster, faults across hosts"
+fault_selection=(-k "cut_off or killed or cache")
+[[ ${1:-} == --all ]] && fault_selection=()
+faults_status=0
+faults_out=$(timeout -k 10 400 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
+  tests/emulated_cluster/test_faults.py "${fault_selection[@]}" 2>&1) || faults_status=$?
+echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|failed|error" \
+  || true
+# Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.
+if [[ $faults_status -eq 0 ]] && summary=$(echo "$faults_out" | tail -n 1) \
+    && [[ $summary =~ ^=*\ *([0-9]+)\ passed(,\ [0-9]+\ deselected)?(,\ [0-9]+\ warnings?)?\ in ]]; then
+  total=$((total + BASH_REMATCH[1]))
+else
+  echo "$faults_out" | tail -n 60
+  echo "=== cluster, faults across hosts: FAILED (pytest exit $faults_status)"
+  failed=1
+fi
 
-echo "=== cluster tests: $total passed over ${#layouts[@]} layouts, Jupyter across hosts and the benchmark$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
+echo "=== cluster tests: $total passed over ${#layouts[@]} layouts, Jupyter across hosts, the benchmark and the faults$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
 exit "$failed"
