@@ -27,6 +27,8 @@ CLUSTER = REPO / "tools" / "emulated_cluster.sh"
 HOSTFILE = REPO / "build" / "emulated-cluster" / "hostfile"
 
 sys.path.insert(0, str(REPO / "tests" / "jupyter"))
+from engine_calls import allreduce_of_ranks, mismatched  # noqa: E402
+
 from conftest import wait_until_gone  # noqa: E402  (the stray-process check of the Jupyter tests)
 
 if socket.gethostname() != "rgl-h0" or not HOSTFILE.exists():
@@ -54,25 +56,6 @@ def where_am_i():
     topology = ringlet.topology()
     return (ringlet.rank(), socket.gethostname(), topology.local_size, topology.cross_size,
             os.environ.get("RINGLET_TEST_MARK"), os.environ.get("RINGLET_CACHE_DIR"))
-
-
-@interactive
-def allreduce_of_ranks():
-    import numpy as np
-
-    import ringlet
-
-    x = np.arange(1000, dtype=np.float32) + ringlet.rank()
-    return ringlet.allreduce(x, algorithm="two_tier"), ringlet.allreduce(x, algorithm="ring")
-
-
-@interactive
-def mismatched():
-    import numpy as np
-
-    import ringlet
-
-    return ringlet.allreduce(np.ones(3 + ringlet.rank(), np.float64))
 
 
 def start_and_check(tmp_path, hosts, expected_hosts, mpi_args=()):

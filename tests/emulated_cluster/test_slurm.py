@@ -39,6 +39,8 @@ if socket.gethostname() != "rgl-h0" or not os.environ.get("SLURM_CONF"):
                 "(tests/emulated_cluster/run_slurm.sh)", pytrace=False)
 
 sys.path.insert(0, str(REPO / "tests" / "jupyter"))
+from engine_calls import allreduce_of_ranks, mismatched  # noqa: E402
+
 from conftest import wait_until_gone  # noqa: E402  (the stray-process check of the Jupyter tests)
 
 
@@ -287,25 +289,6 @@ def where_am_i():
 
     topology = ringlet.topology()
     return ringlet.rank(), socket.gethostname(), list(topology.hosts), topology.cross_size
-
-
-@interactive
-def allreduce_of_ranks():
-    import numpy as np
-
-    import ringlet
-
-    x = np.arange(1000, dtype=np.float32) + ringlet.rank()
-    return ringlet.allreduce(x, algorithm="two_tier"), ringlet.allreduce(x, algorithm="ring")
-
-
-@interactive
-def mismatched():
-    import numpy as np
-
-    import ringlet
-
-    return ringlet.allreduce(np.ones(3 + ringlet.rank(), np.float64))
 
 
 def test_jupyter_engines_from_slurm(tmp_path, monkeypatch):
