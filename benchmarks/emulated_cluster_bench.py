@@ -124,6 +124,14 @@ def main() -> None:
         print(f"| {name} | {median * 1e3:.0f} | {median / bound:.2f} | {median / native:.2f} |")
     if refinements:
         print(f"auto's refinement: {refinements}")
+    if installed:
+        # What auto's choice rests on: the calibrated parameters and each candidate's price.
+        model = installed.model()
+        print("calibration: " + ", ".join(
+            f"{key} {model[key]:.3g}" for key in
+            ("alpha", "beta", "alpha_across", "beta_across", "exchange_slowdown")
+            if key in model) + f", corrections {model.get('corrections')}")
+    ringlet.selector.explain(args.bytes)
     if args.json:
         record = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": socket.gethostname(),
@@ -131,6 +139,7 @@ def main() -> None:
             "ranks": ringlet.size(), "bytes": args.bytes, "rate_bits": args.rate_bits,
             "bound_s": bound, "first_auto_s": first_auto, "calibration_s": calibration,
             "auto_runs": auto_choice, "across_message_bytes": pieces, "medians_s": medians,
+            "parameters": installed.model() if installed else None,
             "samples_s": times,
         }
         with args.json.open("a") as out:
