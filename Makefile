@@ -121,6 +121,7 @@ test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test
 
 HOSTS ?= 4
 RATE ?= 1gbit
+PER_HOST ?= 2
 SLURM ?=
 cluster-up:
 	bash tools/emulated_cluster.sh up $(HOSTS) $(RATE)
@@ -143,10 +144,10 @@ test-cluster-quick: setup
 	bash tests/emulated_cluster/run.sh
 	bash tests/emulated_cluster/run_slurm.sh
 
-# make bench-cluster CLUSTER_BENCH_ARGS="--bytes 67108864 --reps 5"
+# make bench-cluster CLUSTER_BENCH_ARGS="--bytes 67108864 --reps 5"; HOSTS=8 PER_HOST=1 for 8 hosts x 1
 CLUSTER_BENCH_ARGS ?=
 bench-cluster: setup
-	HOSTS=$(HOSTS) RATE=$(RATE) bash benchmarks/emulated_cluster_bench.sh $(CLUSTER_BENCH_ARGS)
+	HOSTS=$(HOSTS) RATE=$(RATE) PER_HOST=$(PER_HOST) bash benchmarks/emulated_cluster_bench.sh $(CLUSTER_BENCH_ARGS)
 
 # The simulator's predictions against measurements on one node and on the emulated cluster
 # (benchmarks/RESULTS.md, "The simulator"); VALIDATE_ARGS="--sizes 1M,4M --reps 3" to shorten.
