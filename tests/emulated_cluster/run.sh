@@ -4,7 +4,10 @@
 #
 #   tests/emulated_cluster/run.sh          the representative layouts (make test)
 #   tests/emulated_cluster/run.sh --all    every layout (make test-cluster)
+#   tests/emulated_cluster/run.sh --layout NAME   that layout only ("uneven 2+1+3")
 #
+# The MPI is the first mpirun on PATH (Open MPI 4.x, or 5 from a venv: make test-openmpi5), the
+# Python $PYTHON (default .venv's).
 # Needs root and network namespaces; without them it says SKIPPED and why (and passes nothing).
 # The cluster is torn down however the run ends.
 set -euo pipefail
@@ -29,7 +32,19 @@ MORE=(
   "uneven 3+2, round-robin|-n 5 --host $H.10:3,$H.11:2 --map-by node"
 )
 layouts=("${QUICK[@]}")
-[[ ${1:-} == --all ]] && layouts+=("${MORE[@]}")
+case ${1:-} in
+  --all) layouts+=("${MORE[@]}") ;;
+  --layout)
+    chosen=()
+    for layout in "${QUICK[@]}" "${MORE[@]}"; do
+      [[ ${layout%%|*} == "${2:-}" ]] && chosen=("$layout")
+    done
+    [[ ${#chosen[@]} -eq 1 ]] || { echo "run.sh: no layout '${2:-}'; the layouts are:" >&2
+      printf '  %s\n' "${QUICK[@]%%|*}" "${MORE[@]%%|*}" >&2; exit 2; }
+    layouts=("${chosen[@]}") ;;
+  "") ;;
+  *) echo "usage: $0 [--all | --layout NAME]" >&2; exit 2 ;;
+esac
 
 skip() { echo "=== cluster tests: SKIPPED ($*); nothing counted as passed"; exit 0; }
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
