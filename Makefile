@@ -345,8 +345,11 @@ test-openmpi5-single: $(OMPI5_STAMP)
 		env -u OMPI_MCA_rmaps_base_oversubscribe -u PRTE_MCA_rmaps_default_mapping_policy \
 		$(OMPI5_VENV)/bin/ringletrun --verbose -np 3 $(OMPI5_PYTHON) examples/quickstart.py
 
+# Without the fault tests: they read Open MPI 4.x's messages and look for its orted (not yet
+# ported to PRRTE's).
 test-openmpi5-cluster: $(OMPI5_STAMP)
-	$(OMPI5_ENV) PYTHON=$(OMPI5_PYTHON) bash tests/emulated_cluster/run.sh --layout "uneven 2+1+3"
+	$(OMPI5_ENV) PYTHON=$(OMPI5_PYTHON) bash tests/emulated_cluster/run.sh --layout "uneven 2+1+3" \
+		--no-faults
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
