@@ -243,8 +243,10 @@ def main() -> int:
                         help="seconds each run may take before it is killed")
     args, pytest_args = parser.parse_known_args()
     launcher = Launcher(args.launcher)
-    # Reports and calibration cache per launcher: runs under two MPIs never mix them.
-    label = Path(args.launcher).name
+    # Reports and calibration cache per launcher: runs under two MPIs never mix them (a
+    # launcher given by its path, as a venv's bin/mpirun, is labelled with its prefix too).
+    given = Path(args.launcher)
+    label = given.name if given.parent == Path() else f"{given.parent.parent.name}-{given.name}"
     reports_root = ROOT / "build" / "test-reports" / label
     cache = ROOT / "build" / "test-cache" / label
     shutil.rmtree(cache, ignore_errors=True)

@@ -6,7 +6,8 @@
 #   tools/emulated_cluster.sh down                remove everything `up` made (also when half made),
 #                                         and Slurm's daemons if tools/emulated_slurm.sh started them
 #   tools/emulated_cluster.sh status              what exists
-#   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given)
+#   tools/emulated_cluster.sh mpirun ARGS...      Open MPI's mpirun across the hosts (hostfile given):
+#                                         the first mpirun on PATH, 4.x or 5
 #   tools/emulated_cluster.sh on INDEX CMD...     CMD on host INDEX (its namespace, its hostname)
 #   tools/emulated_cluster.sh rate INDEX RATE     reshape host INDEX's link to RATE each way
 #   tools/emulated_cluster.sh options             the mpirun options `mpirun` adds, one per line
@@ -16,12 +17,12 @@
 # NATed: traffic stays between the namespaces made here. Each veth is shaped by a token bucket
 # (tc tbf) in both directions: on the bridge side (into the host) and inside the namespace (out
 # of it). Commands on a host run under `unshare --uts` with the hostname rgl-hN, so MPI sees
-# one node per namespace: MPI_Get_processor_name differs, Open MPI starts one orted per host
-# (through an rsh agent that enters the namespace instead of ssh, and gives the orted a login's
-# environment, as ssh would) and MPI_COMM_TYPE_SHARED
+# one node per namespace: MPI_Get_processor_name differs, Open MPI starts one daemon per host
+# (4.x's orted, 5's prted; through an rsh agent that enters the namespace instead of ssh, and
+# gives the daemon a login's environment, as ssh would) and MPI_COMM_TYPE_SHARED
 # groups the ranks of each host; between hosts Open MPI uses TCP over the bridge, within a
-# host its shared-memory transport (vader). Each namespace's /etc/hosts (ip netns exec mounts
-# /etc/netns/rgl-hN/hosts over it) names every host, as a cluster's DNS would.
+# host its shared-memory transport (4.x's vader, 5's sm). Each namespace's /etc/hosts (ip netns
+# exec mounts /etc/netns/rgl-hN/hosts over it) names every host, as a cluster's DNS would.
 #
 # What it models: each host's network bandwidth (both directions, shared by the host's ranks),
 # TCP between hosts, node locality as MPI and ringlet see it. What it does not: latency (the
@@ -139,7 +140,9 @@ status() {
 # The hosts share this machine's cores, so idle ranks yield them (mpi_yield_when_idle, what Open
 # MPI does by itself when it knows a node is oversubscribed): it cannot know here, since each
 # host's slots are its own, and ranks that busy-poll made every step between hosts wait for the
-# scheduler (a 1 MiB ring on 4 hosts x 2 ranks: 95 ms polling, 15 ms yielding).
+# scheduler (a 1 MiB ring on 4 hosts x 2 ranks: 95 ms polling, 15 ms yielding). For the same
+# reason ranks are not bound unless asked (--bind-to): each host would bind its ranks to this
+# machine's first cores (4.1 put 2 hosts x 1 rank both on core 0; 5 refuses 3 ranks on a host).
 # TCP keepalive on the launcher's own connections (mpirun to each host's daemon), after 5 s idle,
 # 5 probes 2 s apart: mpirun learns that a host has become unreachable 10-15 s after it did,
 # and ends the job, naming it (and the host's daemon, if it is idle, ends itself and its
@@ -147,14 +150,20 @@ status() {
 # ending (a rank gave up: RINGLET_TIMEOUT) mpirun waits for the host until TCP gives up,
 # about 15 minutes: the timeout must be longer than this detection (README, "Failure
 # behaviour"). Probes go only on idle connections, 5 lost in a row to end a job.
+# Written as Open MPI 4.x takes them; ringlet's launcher table (python/ringlet/_launchers.py)
+# spells them for the mpirun on PATH, 4.x (ORTE) or 5 (PRRTE: --prtemca, plm_ssh_agent, sm).
 mpirun_options() {
-  printf '%s\n' --hostfile "$HOSTFILE" --mca mpi_yield_when_idle 1 \
+  python3 "$REPO/python/ringlet/_launchers.py" spell "$(launcher)" \
+    --hostfile "$HOSTFILE" --mca mpi_yield_when_idle 1 \
     --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 \
-    --mca oob_tcp_keepalive_probes 5
+    --mca oob_tcp_keepalive_probes 5 --mca hwloc_base_binding_policy none
 }
+
+# The mpirun that `mpirun` runs: the first on PATH (a venv's, for PyPI's Open MPI 5).
+launcher() { command -v mpirun || die "no mpirun on PATH"; }
 
 on_host() {
   local index=${1:?host index}
@@ -173,7 +182,8 @@ run_mpirun() {
   for name in PATH PYTHONPATH VIRTUAL_ENV LD_LIBRARY_PATH HOME $(compgen -e | grep -E '^(RINGLET_|OMP_|PYTEST)' || true); do
     [[ -n ${!name:-} ]] && forward+=(-x "$name")
   done
-  mapfile -t options < <(mpirun_options)
+  options=$(mpirun_options) || die "cannot spell the mpirun options for $(launcher)"
+  mapfile -t options <<< "$options"
   on_host 0 mpirun "${options[@]}" --wdir "$PWD" "${forward[@]}" "$@"
 }
 

@@ -21,7 +21,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 FLAVOR_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH (Hydra)"}
@@ -35,6 +36,16 @@ LAUNCHER_NAMES = {
 # On PATH the plain names first: the user's PATH (a loaded module's bin/) says which MPI they use.
 PATH_NAMES = {abi: ("mpirun", "mpiexec", *(n for n in names if n not in ("mpirun", "mpiexec")))
               for abi, names in LAUNCHER_NAMES.items()}
+
+# Open MPI 4.x's runtime parameters that PRRTE names otherwise (besides plm_rsh_* -> plm_ssh_*),
+# and the frameworks of PRRTE's runtime, whose parameters mpirun takes as --prtemca.
+_PRRTE_NAMES = {
+    "hwloc_base_binding_policy": "hwloc_default_binding_policy",
+    "rmaps_base_mapping_policy": "rmaps_default_mapping_policy",
+    "rmaps_base_ranking_policy": "rmaps_default_ranking_policy",
+}
+_PRRTE_FRAMEWORKS = ("errmgr", "ess", "filem", "grpcomm", "iof", "odls", "oob", "plm", "ras",
+                     "rmaps", "rtc", "schizo", "state")
 
 _OPEN_MPI_VERSION = re.compile(r"\((?:Open MPI|OpenRTE)\)\s+(\d+(?:\.\d+)*)")
 _HYDRA_VERSION = re.compile(r"Version:\s+(\S+)")
@@ -74,11 +85,13 @@ class LauncherKind:
 
     def oversubscribe_environment(self) -> dict[str, str]:
         """The variables that let Open MPI start more ranks than slots, for commands that take
-        no options of ours (ipyparallel's): 4.x's MCA parameter and 5's (PRRTE's) differ."""
+        no options of ours (ipyparallel's): 4.x's MCA parameter and 5's (PRRTE's) differ. 5's
+        is a default mapping policy, whose policy must be given with the modifier: alone
+        (``:oversubscribe``) PRRTE maps every rank of a ``--host a:2,b:1`` job onto host a."""
         if self.flavor != "openmpi":
             return {}
         if self.prrte:
-            return {"PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+            return {"PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe"}
         return {"OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
     def unbound_environment(self) -> dict[str, str]:
@@ -88,6 +101,50 @@ class LauncherKind:
         if self.prrte:
             return {"PRTE_MCA_hwloc_default_binding_policy": "none"}
         return {}
+
+    @property
+    def daemon(self) -> str:
+        """The program the launcher starts on each other host: ORTE's ``orted``, PRRTE's
+        ``prted``, Hydra's ``hydra_pmi_proxy``."""
+        if self.flavor == "mpich":
+            return "hydra_pmi_proxy"
+        return "prted" if self.prrte else "orted"
+
+    def spell(self, options: Sequence[str]) -> list[str]:
+        """Open MPI options written as 4.x takes them, as this launcher takes them.
+
+        Under PRRTE, ``--mca NAME VALUE`` of a runtime parameter (the launcher's and its
+        daemons': plm, oob, rmaps, hwloc's binding, ...) becomes ``--prtemca`` with PRRTE's
+        name for it, and the shared-memory transport ``vader`` in a ``btl`` list is ``sm``.
+        (Open MPI 5.0 still takes most of 4.x's names as aliases, but not 4.x's
+        ``hwloc_base_binding_policy``, and says aliases may go.) Other options pass as they
+        are; Hydra takes none of Open MPI's options (ValueError)."""
+        if self.flavor != "openmpi":
+            raise ValueError(f"{self} takes no Open MPI options: {' '.join(options)}")
+        spelled: list[str] = []
+        words = iter(options)
+        for word in words:
+            if word != "--mca":
+                spelled.append(word)
+                continue
+            try:
+                name, value = next(words), next(words)
+            except StopIteration:
+                raise ValueError(f"--mca needs a name and a value: {' '.join(options)}") from None
+            spelled += self._mca(name, value)
+        return spelled
+
+    def _mca(self, name: str, value: str) -> list[str]:
+        if not self.prrte:
+            return ["--mca", name, value]
+        if name == "btl":  # a list of components, or of those not to use (^a,b)
+            caret, components = ("^", value[1:]) if value.startswith("^") else ("", value)
+            value = caret + ",".join("sm" if c == "vader" else c for c in components.split(","))
+        if name in _PRRTE_NAMES:
+            return ["--prtemca", _PRRTE_NAMES[name], value]
+        if name.split("_", 1)[0] in _PRRTE_FRAMEWORKS:
+            return ["--prtemca", name.replace("plm_rsh_", "plm_ssh_", 1), value]
+        return ["--mca", name, value]
 
 
 def identify(version_output: str) -> LauncherKind | None:
@@ -187,3 +244,31 @@ def launcher_for(
             return FoundLauncher(on_path, kind, f"{FLAVOR_NAMES[abi]}'s launcher on PATH "
                                  f"(none beside {library})")
     return FoundLauncher(default, None, f"no launcher of {FLAVOR_NAMES[abi]} found for {library}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """For shell tools (tools/emulated_cluster.sh), which run this file with any python3:
+
+    ``_launchers.py spell LAUNCHER OPTION...`` prints the OPTIONs, written as Open MPI 4.x takes
+    them, as LAUNCHER takes them (:meth:`LauncherKind.spell`), one per line;
+    ``_launchers.py daemon LAUNCHER`` prints the name of LAUNCHER's daemon on other hosts."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2 or args[0] not in ("spell", "daemon"):
+        print("usage: _launchers.py spell LAUNCHER OPTION... | daemon LAUNCHER", file=sys.stderr)
+        return 2
+    command, launcher, options = args[0], args[1], args[2:]
+    kind = probe(launcher)
+    if kind is None:
+        print(f"_launchers.py: '{launcher} --version' names neither Open MPI nor MPICH's Hydra",
+              file=sys.stderr)
+        return 1
+    try:
+        print("\n".join(kind.spell(options) if command == "spell" else [kind.daemon]))
+    except ValueError as error:
+        print(f"_launchers.py: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,7 +4,11 @@
 #
 #   tests/emulated_cluster/run.sh          the representative layouts (make test)
 #   tests/emulated_cluster/run.sh --all    every layout (make test-cluster)
+#   tests/emulated_cluster/run.sh --layout NAME   that layout only ("uneven 2+1+3")
+#   ... --no-faults                        without test_faults.py (Open MPI 4.x's messages only)
 #
+# The MPI is the first mpirun on PATH (Open MPI 4.x, or 5 from a venv: make test-openmpi5), the
+# Python $PYTHON (default .venv's).
 # Needs root and network namespaces; without them it says SKIPPED and why (and passes nothing).
 # The cluster is torn down however the run ends.
 set -euo pipefail
@@ -29,7 +33,23 @@ MORE=(
   "uneven 3+2, round-robin|-n 5 --host $H.10:3,$H.11:2 --map-by node"
 )
 layouts=("${QUICK[@]}")
-[[ ${1:-} == --all ]] && layouts+=("${MORE[@]}")
+all=0 faults=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --all) all=1; layouts+=("${MORE[@]}"); shift ;;
+    --layout)
+      chosen=()
+      for layout in "${QUICK[@]}" "${MORE[@]}"; do
+        [[ ${layout%%|*} == "${2:-}" ]] && chosen=("$layout")
+      done
+      [[ ${#chosen[@]} -eq 1 ]] || { echo "run.sh: no layout '${2:-}'; the layouts are:" >&2
+        printf '  %s\n' "${QUICK[@]%%|*}" "${MORE[@]%%|*}" >&2; exit 2; }
+      layouts=("${chosen[@]}")
+      shift 2 ;;
+    --no-faults) faults=0; shift ;;
+    *) echo "usage: $0 [--all | --layout NAME] [--no-faults]" >&2; exit 2 ;;
+  esac
+done
 
 skip() { echo "=== cluster tests: SKIPPED ($*); nothing counted as passed"; exit 0; }
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
@@ -124,23 +144,25 @@ done
 # Faults across hosts (test_faults.py, plain pytest on this machine): a host cut off mid-loop, a
 # rank killed on another host and a damaged calibration cache (make test); --all adds a host
 # slowed tenfold.
-echo "=== cluster, faults across hosts"
-fault_selection=(-k "cut_off or killed or cache")
-[[ ${1:-} == --all ]] && fault_selection=()
-faults_status=0
-faults_out=$(timeout -k 10 400 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
-  tests/emulated_cluster/test_faults.py "${fault_selection[@]}" 2>&1) || faults_status=$?
-echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|failed|error" \
-  || true
-# Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.
-if [[ $faults_status -eq 0 ]] && summary=$(echo "$faults_out" | tail -n 1) \
-    && [[ $summary =~ ^=*\ *([0-9]+)\ passed(,\ [0-9]+\ deselected)?(,\ [0-9]+\ warnings?)?\ in ]]; then
-  total=$((total + BASH_REMATCH[1]))
-else
-  echo "$faults_out" | tail -n 60
-  echo "=== cluster, faults across hosts: FAILED (pytest exit $faults_status)"
-  failed=1
+if [[ $faults -eq 1 ]]; then
+  echo "=== cluster, faults across hosts"
+  fault_selection=(-k "cut_off or killed or cache")
+  [[ $all -eq 1 ]] && fault_selection=()
+  faults_status=0
+  faults_out=$(timeout -k 10 400 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
+    tests/emulated_cluster/test_faults.py "${fault_selection[@]}" 2>&1) || faults_status=$?
+  echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|failed|error" \
+    || true
+  # Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.
+  if [[ $faults_status -eq 0 ]] && summary=$(echo "$faults_out" | tail -n 1) \
+      && [[ $summary =~ ^=*\ *([0-9]+)\ passed(,\ [0-9]+\ deselected)?(,\ [0-9]+\ warnings?)?\ in ]]; then
+    total=$((total + BASH_REMATCH[1]))
+  else
+    echo "$faults_out" | tail -n 60
+    echo "=== cluster, faults across hosts: FAILED (pytest exit $faults_status)"
+    failed=1
+  fi
 fi
 
-echo "=== cluster tests: $total passed over ${#layouts[@]} layouts, Jupyter across hosts, the benchmark and the faults$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
+echo "=== cluster tests: $total passed over ${#layouts[@]} layouts, Jupyter across hosts, the benchmark$([[ $faults -eq 1 ]] && echo ' and the faults')$([[ $failed -eq 0 ]] || echo ', SOME FAILED')"
 exit "$failed"

@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 from ipyparallel import interactive
 
-from ringlet import jupyter
+from ringlet import _launchers, jupyter
+from ringlet._launchers import LauncherKind
+from ringlet.run import default_launcher
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "tools" / "emulated_cluster.sh"
@@ -92,14 +94,23 @@ def start_and_check(tmp_path, hosts, expected_hosts, mpi_args=()):
         cluster.stop_cluster_sync()
         del os.environ["RINGLET_TEST_MARK"]
     assert wait_until_gone(cluster_id) == [], "processes of the cluster outlived its stop"
-    # Open MPI's daemons on the other hosts carry no ipyparallel variable: look for them by name.
-    assert orteds_gone(), "an orted outlived the cluster's stop"
+    # Open MPI's daemons on the other hosts carry no ipyparallel variable: look for them by name
+    # (4.x's orted, 5's prted), as the launcher start() used names them.
+    daemon = launcher_kind().daemon
+    assert daemons_gone(daemon), f"a {daemon} outlived the cluster's stop"
 
 
-def orteds_gone(seconds: float = 30.0) -> bool:
+def launcher_kind() -> LauncherKind:
+    found = default_launcher("mpiexec")  # what start() launches with
+    kind = found.kind or _launchers.probe(found.launcher)
+    assert kind is not None and kind.flavor == "openmpi", found
+    return kind
+
+
+def daemons_gone(name: str, seconds: float = 30.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-x", "orted"], capture_output=True).returncode != 0:
+        if subprocess.run(["pgrep", "-x", name], capture_output=True).returncode != 0:
             return True
         time.sleep(0.2)
     return False

