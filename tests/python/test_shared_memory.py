@@ -104,7 +104,8 @@ def test_bad_shapes_and_dtypes_are_refused_on_the_calling_rank() -> None:
 
 
 def test_arrays_that_every_rank_dropped_are_freed_and_the_memory_reused() -> None:
-    for round_ in range(40):
+    # Oversubscribed runs allocate slowly (each allocation is collective): fewer rounds there.
+    for round_ in range(40 if ringlet.size() <= 4 else 12):
         array = ringlet.zeros(1 << 20, np.float32)  # 4 MiB per rank, 160 MiB over the loop
         array[:] = round_
         ringlet.allreduce(array, out=array, algorithm="shm")
