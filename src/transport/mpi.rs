@@ -626,7 +626,7 @@ pub fn abort(code: c_int) -> ! {
     // does, and this rank would hang as long as the launcher (issue 25: 141 s, then killed).
     // So a watchdog ends this process itself if MPI_Abort has not within the grace period:
     // the rank's exit without MPI_Finalize is what its local daemon reports, and whatever
-    // MPI cannot reach is left to the launcher or the scheduler (README, "When things fail").
+    // MPI cannot reach is left to the launcher or the scheduler (README, "Failure behaviour").
     // If the thread cannot be started, MPI_Abort alone is all there is.
     let _ = std::thread::Builder::new()
         .name("ringlet-abort-watchdog".into())
