@@ -1102,3 +1102,35 @@ fn a_departure_counts_only_for_collectives_the_rank_never_made_and_only_on_its_c
         "{error}"
     );
 }
+
+#[test]
+fn a_rank_knows_when_every_other_rank_has_left_and_only_then() {
+    for n in [2, 3, 5] {
+        for transports in both_kinds_of_group(n) {
+            let stayer = n - 1;
+            let all_left = std::sync::Barrier::new(n);
+            let heard = on_transports(transports, StallPolicy::default(), quiet(), |comm| {
+                sum_of_ones(comm).expect("an allreduce first");
+                if comm.rank() != stayer {
+                    comm.depart();
+                }
+                all_left.wait(); // every notice has been sent
+                let before_the_last = comm.all_others_departed();
+                all_left.wait();
+                if comm.rank() == stayer {
+                    comm.depart();
+                }
+                all_left.wait();
+                (before_the_last, comm.all_others_departed())
+            });
+            for (rank, (before_the_last, after)) in heard.into_iter().enumerate() {
+                // Only the rank that stays has heard every other one before it leaves.
+                assert_eq!(before_the_last, rank == stayer, "rank {rank} of {n}");
+                assert!(
+                    after,
+                    "rank {rank} of {n} did not hear every other rank leave"
+                );
+            }
+        }
+    }
+}

@@ -158,6 +158,12 @@ impl<T: Transport> Communicator<T> {
             let _ = self.transport.send_notice(peer, notice);
         }
     }
+
+    /// Whether every other rank has left this communicator too, as far as the notices that
+    /// have arrived tell (it takes them from the transport).
+    pub fn all_others_departed(&self) -> bool {
+        self.inspector.all_others_departed(&self.transport)
+    }
 }
 
 /// A number that differs between communicators (and processes) with high probability: std's

@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 struct State {
     /// Present when ringlet called MPI_Init_thread; dropping it calls MPI_Finalize.
@@ -30,6 +30,9 @@ struct State {
     /// numbers them alike, members or not.
     set_ranks: BTreeMap<SetId, Vec<usize>>,
     next_set: SetId,
+    /// Communicators put away by `shutdown` or a new `init`, kept to take the departure
+    /// notices that still arrive on them before MPI finalizes (see [`State::retire`]).
+    retired: Vec<Communicator<MpiTransport>>,
 }
 
 /// Which communicator a collective runs on: [`WORLD`], ringlet's own, or a process set's.
@@ -50,6 +53,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     sets: BTreeMap::new(),
     set_ranks: BTreeMap::new(),
     next_set: WORLD + 1,
+    retired: Vec::new(),
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -89,7 +93,9 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
     let replace = matches!(parent, Parent::Fortran(_)) || state.communicator.is_none();
     if replace {
         let handle = parent.handle()?;
-        // Retire the old duplicate first, and the process sets made from it.
+        // Retire the old duplicate first, and the process sets made from it, telling their
+        // other ranks (which replace theirs too).
+        state.depart();
         state.retire();
         let mut transport = handle.duplicate()?;
         transport.attach_shared_memory(env_flag("RINGLET_SHM", true)?)?;
@@ -232,13 +238,32 @@ impl State {
     /// made with it, where it breaks the order of that communicator's messages (a hang, seen
     /// with `shutdown()` then `init()`).
     fn retire(&mut self) {
-        for (_, set) in std::mem::take(&mut self.sets) {
-            set.into_transport().retire();
-        }
-        if let Some(communicator) = self.communicator.take() {
-            communicator.into_transport().retire();
-        }
+        let sets = std::mem::take(&mut self.sets).into_values();
+        self.retired.extend(sets.chain(self.communicator.take()));
         self.clear_sets();
+    }
+
+    /// Every communicator this rank has made and not freed, retired or not.
+    fn all_communicators(&self) -> impl Iterator<Item = &Communicator<MpiTransport>> {
+        self.sets
+            .values()
+            .chain(&self.communicator)
+            .chain(&self.retired)
+    }
+
+    /// Wait, up to `grace`, until every other rank of every communicator has said that it
+    /// leaves too, taking their notices: MPICH over UCX prints a warning for every message left
+    /// unreceived at MPI_Finalize, into the program's output. Ranks that end together meet here
+    /// at once; a rank that ends later costs at most `grace`, and MPI_Finalize waits for it
+    /// anyway.
+    fn hear_departures(&self, grace: Duration) {
+        let start = Instant::now();
+        while !self.all_communicators().all(|c| c.all_others_departed()) {
+            if start.elapsed() >= grace {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn clear_sets(&mut self) {
@@ -337,7 +362,10 @@ pub fn shutdown() {
 /// Returns whether MPI_Finalize was called.
 pub fn finalize() -> bool {
     let mut state = state();
-    state.depart();
+    if !environment::is_finalized() {
+        state.depart();
+        state.hear_departures(FINALIZE_GRACE);
+    }
     for (_, set) in std::mem::take(&mut state.sets) {
         set.into_transport().release();
     }
@@ -345,8 +373,14 @@ pub fn finalize() -> bool {
     if let Some(communicator) = state.communicator.take() {
         communicator.into_transport().release();
     }
+    for communicator in std::mem::take(&mut state.retired) {
+        communicator.into_transport().retire();
+    }
     state.started_mpi.take().is_some_and(StartedMpi::finalize)
 }
+
+/// How long `finalize` waits for the other ranks to end too (see [`State::hear_departures`]).
+const FINALIZE_GRACE: Duration = Duration::from_secs(2);
 
 /// End every process of the job now (MPI_Abort on MPI_COMM_WORLD).
 pub fn abort(code: i32) -> ! {

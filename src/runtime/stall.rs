@@ -146,6 +146,18 @@ impl StallInspector {
         }
     }
 
+    /// Whether every rank but `me` has said that it left (taking the notices that arrived).
+    pub fn all_others_departed(&self, transport: &dyn Transport) -> bool {
+        self.take_notices(transport);
+        let me = transport.rank();
+        self.departed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .enumerate()
+            .all(|(rank, completed)| rank == me || completed.is_some())
+    }
+
     /// `Err` if a rank has shut down before taking part in collective `seq` (which can then
     /// never complete); `doing` says what this rank does, for the message.
     pub fn check_departed(&self, seq: u64, doing: impl FnOnce() -> String) -> Result<()> {
