@@ -21,14 +21,44 @@ create_exception!(
     "Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."
 );
 
+/// The Python exception a core error becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PyKind {
+    Value,
+    Type,
+    Ringlet,
+    Mismatch,
+}
+
+impl PyKind {
+    pub fn of(error: &CoreError) -> Self {
+        match error {
+            CoreError::InvalidArgument(_) => PyKind::Value,
+            CoreError::UnsupportedDtype(_) => PyKind::Type,
+            CoreError::Communication(_) => PyKind::Ringlet,
+            CoreError::Mismatch(_) | CoreError::Unsettled => PyKind::Mismatch,
+        }
+    }
+
+    /// The exception's name, as `ringlet` exports it (XLA errors carry it, see `xla`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PyKind::Value => "ValueError",
+            PyKind::Type => "TypeError",
+            PyKind::Ringlet => "RingletError",
+            PyKind::Mismatch => "MismatchError",
+        }
+    }
+}
+
 impl From<CoreError> for PyErr {
     fn from(error: CoreError) -> PyErr {
-        match error {
-            CoreError::InvalidArgument(msg) => PyValueError::new_err(msg),
-            CoreError::UnsupportedDtype(msg) => PyTypeError::new_err(msg),
-            CoreError::Communication(msg) => RingletError::new_err(msg),
-            CoreError::Mismatch(msg) => MismatchError::new_err(msg),
-            CoreError::Unsettled => MismatchError::new_err(error.to_string()),
+        let message = error.to_string();
+        match PyKind::of(&error) {
+            PyKind::Value => PyValueError::new_err(message),
+            PyKind::Type => PyTypeError::new_err(message),
+            PyKind::Ringlet => RingletError::new_err(message),
+            PyKind::Mismatch => MismatchError::new_err(message),
         }
     }
 }

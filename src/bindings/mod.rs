@@ -4,6 +4,7 @@
 mod buffers;
 mod errors;
 mod handles;
+mod xla;
 
 use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
@@ -826,6 +827,8 @@ mod _core {
         allgather_async, allreduce_group_async, broadcast_async, reduce_scatter_async, ArrayHandle,
         Handle,
     };
+    #[pymodule_export]
+    use super::xla::{xla_dtypes, xla_handlers};
     #[pymodule_export]
     use super::{
         abort, add_process_set, algorithm_cost, algorithm_support, algorithm_unavailable,

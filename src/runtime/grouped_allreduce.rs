@@ -101,6 +101,13 @@ impl Group {
     }
 }
 
+/// Allreduce every array in place, now (after any queued work); they must not overlap.
+pub fn allreduce_group(arrays: &mut [&mut [u8]], group: &Group) -> Result<()> {
+    worker::run_in_order(|| {
+        process::with_communicator(group.set, |comm| allreduce_group_on(comm, arrays, group))
+    })
+}
+
 /// Queue an in-place allreduce of every buffer (the arrays `keepalive` owns, released once the
 /// job no longer touches them); the completion says when it is done and how it went.
 ///

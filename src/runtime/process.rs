@@ -337,6 +337,15 @@ pub fn set_caller_thread(key: u64) {
     CALLER.with(|caller| caller.set(Some(key)));
 }
 
+/// Run `f` as caller `key`, then give the thread its own key back (XLA runs ringlet's
+/// collectives on threads that may also be Python's).
+pub fn as_caller<R>(key: u64, f: impl FnOnce() -> R) -> R {
+    let previous = CALLER.with(|caller| caller.replace(Some(key)));
+    let result = f();
+    CALLER.with(|caller| caller.set(previous));
+    result
+}
+
 /// This thread's key: what the Python layer set, else its number among the threads that made
 /// collective calls, in order of first use.
 pub fn caller_thread() -> u64 {
