@@ -71,6 +71,8 @@ __all__ = [
     "uninstall_parameters",
     "use_calibrated_message_limit",
     "wait_policy",
+    "xla_dtypes",
+    "xla_handlers",
 ]
 
 class RingletError(RuntimeError):
@@ -283,3 +285,7 @@ class SharedBuffer:
     def nbytes(self) -> int: ...
     @property
     def __array_interface__(self) -> dict[str, Any]: ...
+
+# XLA FFI handlers for ringlet.jax: target name -> PyCapsule of the handler.
+def xla_handlers() -> dict[str, Any]: ...
+def xla_dtypes() -> list[tuple[str, bool]]: ...

@@ -36,7 +36,7 @@ class RingletEffect(_effects.Effect):
     order, and JAX orders computations that have it, so every rank makes its collectives in
     the same order."""
 
-    __str__ = __repr__ = lambda self: "RingletEffect"  # noqa: E731
+    __str__ = __repr__ = lambda self: "RingletEffect"
 
 
 EFFECT = RingletEffect()
@@ -193,7 +193,8 @@ def _allgather_transpose(ct: Any, x: Any, *, size: int, algorithm: str, process_
 def _reduce_scatter_jvp(primals: Any, tangents: Any, **params: Any) -> Any:
     _linear_only(params["op"], "reduce_scatter")
     (x,), (t,) = primals, tangents
-    return reduce_scatter_p.bind(x, **params), reduce_scatter_p.bind(ad.instantiate_zeros(t), **params)
+    tangent = reduce_scatter_p.bind(ad.instantiate_zeros(t), **params)
+    return reduce_scatter_p.bind(x, **params), tangent
 
 
 def _reduce_scatter_transpose(ct: Any, x: Any, *, op: str, size: int, algorithm: str,
