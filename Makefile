@@ -2,6 +2,7 @@
 #   make run    install what is missing, build, run the main job
 #   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks: TEST_SIZES)
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
+#   make test-jax  ringlet.jax at 1 to 4 ranks (make test runs it); make bench-jax against mpi4jax
 # Both are idempotent; the second run only rebuilds what changed.
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
@@ -69,7 +70,7 @@ STAMPS := build/stamps/default
 else
 $(error MPICH=$(MPICH): use MPICH=1, or leave it unset for the default MPI (mpicc, mpirun))
 endif
-EXTRAS ?= test,bench,torch,demo,jupyter,docs
+EXTRAS ?= test,bench,torch,demo,jupyter,docs,jax
 PYTHON := $(VENV)/bin/python
 # The binary wheel (make wheel), always built by the default set-up.
 WHEEL_STAMP := dist/.built
@@ -99,7 +100,7 @@ export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 # their installed extension.
 BUILD_STAMP := $(STAMPS)/build-$(if $(FROM_WHEEL),wheel,$(MPI_KEY))-$(subst $(comma),+,$(EXTRAS))
 
-.PHONY: run quickstart test setup build test-rust test-python lint stubtest docs bench bench-train \
+.PHONY: run quickstart test setup build test-rust test-python test-jax lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	validate-simulator \
 	test-mpich test-mpich-quick mpich-quick-slice wheel sdist test-wheels test-wheels-quick \
@@ -125,8 +126,8 @@ bench-train: setup
 		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-cluster-quick test-mpich-quick \
-	test-wheels-quick test-openmpi5-quick
+test: setup test-rust memcheck lint stubtest test-python test-jax test-cluster-quick \
+	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
 HOSTS ?= 4
 RATE ?= 1gbit
@@ -266,6 +267,12 @@ test-python: setup
 		--plain tests/failures tests/tooling tests/structure tests/benchmarks tests/jupyter \
 		tests/docs --sizes $(TEST_SIZES) -q \
 		--color=no tests/python
+
+# ringlet.jax at 1 to 4 ranks (tests/jax: inside and outside jax.jit, gradients, order).
+JAX_TEST_SIZES ?= 1 2 3 4
+test-jax: setup
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(JAX_TEST_SIZES) -q \
+		--color=no tests/jax
 
 # The same targets against MPICH (its own stamps, venv and target directory).
 test-mpich:

@@ -58,16 +58,24 @@ def test_allreduce_of_every_size_and_algorithm(place, rank, size):
 
 
 @pytest.mark.parametrize("place", PLACES)
-def test_16_bit_floats_are_reduced_with_float32_accumulation(place, size):
-    # 1 + 2**-9 is not a bfloat16; summed in bfloat16 the small parts vanish one by one.
-    n = 4096
-    parts = np.full(n, 2.0**-9, dtype=np.float32)
-    x = jnp.asarray(np.where(ringlet.rank() == 0, 1.0, 0.0) + parts, dtype=jnp.bfloat16)
-    got = np.asarray(run(place, rj.allreduce, x), dtype=np.float32)
-    exact = np.asarray(
-        jnp.asarray(1.0 + size * np.asarray(x.astype(jnp.float32) - (ringlet.rank() == 0)),
-                    dtype=jnp.float32).astype(jnp.bfloat16), dtype=np.float32)
-    np.testing.assert_array_equal(got, exact)
+def test_16_bit_floats_reduce_bit_for_bit_as_in_the_numpy_api(place, rank, size, comm):
+    """The same core path: float32 accumulation in every combine, 16-bit on the wire. Rank 0
+    has 1, the others 3 * 2**-10 (under half of bfloat16's step at 1), so where partial sums
+    are rounded to 16 bits changes the result: each algorithm must round where it does for
+    NumPy arrays."""
+    for dtype in ("bfloat16", "float16"):
+        x = np.full(1000, 1.0 if rank == 0 else 3 * 2.0**-10, dtype=np.float32)
+        x = x.astype(np_dtype(dtype))
+        for algorithm in (a for a in ringlet.ALGORITHMS if a != "mpi"):
+            got = run(place, lambda x, a=algorithm: rj.allreduce(x, algorithm=a),
+                      jnp.asarray(x))
+            assert got.dtype == np_dtype(dtype)
+            want = ringlet.allreduce(x, algorithm=algorithm)
+            np.testing.assert_array_equal(np.asarray(got), want, err_msg=algorithm)
+            assert same_on_every_rank(comm, np.asarray(got))
+    # MPI's own allreduce has no 16-bit floats: refused before anything runs, on every rank.
+    with pytest.raises(ValueError, match="mpi"):
+        run(place, lambda x: rj.allreduce(x, algorithm="mpi"), jnp.ones(3, jnp.bfloat16))
 
 
 @pytest.mark.parametrize("place", PLACES)
@@ -207,7 +215,10 @@ def test_bad_arguments_raise_before_anything_runs():
     with pytest.raises(TypeError, match="cannot reduce int8"):
         rj.tree_allreduce({"a": jnp.ones(2), "b": jnp.ones(2, jnp.int8)})
     with pytest.raises(ValueError, match="divisible by the"):
-        rj.reduce_scatter(jnp.ones(ringlet.size() + 1))
+        rj.reduce_scatter(jnp.ones(()))
+    if ringlet.size() > 1:
+        with pytest.raises(ValueError, match=r"divisible by the \d+ ranks, got shape \(\d+,\)"):
+            rj.reduce_scatter(jnp.ones(ringlet.size() + 1))
     with pytest.raises(ValueError, match="root 99 is outside"):
         rj.broadcast(jnp.ones(2), 99)
     # The ranks are still in step.

@@ -638,10 +638,11 @@ def test_the_checks_catch_the_tangles_they_were_written_against(tmp_path):
 
 def test_ringlet_jax_reaches_the_core_only_through_its_xla_handlers():
     """ringlet.jax is the API for JAX arrays: it checks arguments with the Python API's own
-    helpers and runs every collective through the core's XLA FFI handlers, never through the
-    NumPy bindings (which would copy through host arrays outside XLA's order)."""
+    helpers (and the core's check of an algorithm, when traced) and runs every collective
+    through the core's XLA FFI handlers, never through the NumPy bindings (which would copy
+    through host arrays outside XLA's order)."""
     modules = python_modules()
     used = set()
     for name in (n for n in modules if n.startswith("ringlet.jax")):
         used |= set(re.findall(r"\b_core\.(\w+)", modules[name].read_text()))
-    assert used == {"xla_handlers", "xla_dtypes"}, used
+    assert used == {"xla_handlers", "xla_dtypes", "check_algorithm"}, used

@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .. import selector
+from .. import _core, selector
 from .._collectives import _check_root, check_algorithm
 from .._core import MismatchError, RingletError
 from .._dtypes import check_op
@@ -92,9 +92,14 @@ def _run(bind: Callable[..., Any], *args: Any, **params: Any) -> Any:
         return bind(*args, **params)
 
 
-def _where(process_set: ProcessSet | None, algorithm: str, collective: str) -> Place:
+def _where(process_set: ProcessSet | None, algorithm: str, collective: str,
+           reduces: tuple[str, str] | None = None) -> Place:
+    """Where the collective runs, once its algorithm is known to take ``reduces`` (dtype, op):
+    checked when traced, so that a refusal is an exception before anything runs."""
     where = place(process_set)
     check_algorithm(algorithm, collective)
+    if reduces is not None:
+        _core.check_algorithm(collective, algorithm, *reduces)
     if algorithm == "auto" and where.id == 0:
         selector.prepare()  # the cost model auto decides with (collective on its first call)
     return where
@@ -118,8 +123,8 @@ def allreduce(x: Any, op: str = "sum", *, algorithm: str = "auto",
     "prod"); every rank gets the same result. ``algorithm`` is "auto" or one of
     ``ringlet.ALGORITHMS``."""
     x = _array(x, "allreduce", reduce=True)
-    where = _where(process_set, algorithm, "allreduce")
-    return _run(p.allreduce_p.bind, x, op=check_op(op), algorithm=algorithm,
+    where = _where(process_set, algorithm, "allreduce", (x.dtype.name, check_op(op)))
+    return _run(p.allreduce_p.bind, x, op=op, algorithm=algorithm,
                 process_set=where.id)
 
 
@@ -129,8 +134,10 @@ def tree_allreduce(tree: Any, op: str = "avg", *, algorithm: str = "auto",
     reduced where the leaves are (no packing copy); returns a pytree of the same structure."""
     leaves, structure = jax.tree.flatten(tree)
     leaves = [_array(leaf, "tree_allreduce", reduce=True) for leaf in leaves]
-    where = _where(process_set, algorithm, "allreduce")
-    params = dict(op=check_op(op), algorithm=algorithm, process_set=where.id,
+    where = place(process_set)
+    for dtype in {leaf.dtype.name for leaf in leaves} or {"float32"}:
+        _where(process_set, algorithm, "allreduce", (dtype, check_op(op)))
+    params = dict(op=op, algorithm=algorithm, process_set=where.id,
                   fusion_bytes=fusion_threshold_bytes())
     reduced: list[Any] = list(leaves)
     for dtype in dict.fromkeys(leaf.dtype for leaf in leaves):
@@ -170,13 +177,13 @@ def reduce_scatter(x: Any, op: str = "sum", *, algorithm: str = "auto",
     ``r*k:(r+1)*k`` of the reduction, k being ``x.shape[0]`` divided by the number of ranks
     (it must divide evenly)."""
     x = _array(x, "reduce_scatter", reduce=True)
-    where = _where(process_set, algorithm, "reduce_scatter")
+    where = _where(process_set, algorithm, "reduce_scatter", (x.dtype.name, check_op(op)))
     if x.ndim == 0 or x.shape[0] % where.size:
         raise ValueError(
             f"ringlet.jax.reduce_scatter needs a first dimension divisible by the {where.size} "
             f"ranks, got shape {tuple(x.shape)}"
         )
-    return _run(p.reduce_scatter_p.bind, x, op=check_op(op), size=where.size,
+    return _run(p.reduce_scatter_p.bind, x, op=op, size=where.size,
                 algorithm=algorithm, process_set=where.id)
 
 
