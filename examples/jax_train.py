@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the demo runs on the CPU, as its data is tiny
@@ -224,9 +225,12 @@ def main() -> None:
     failures = check(params, initial, x_train, y_train, args, per_rank) if args.check else []
     if test_accuracy < 0.9:
         failures.append(f"test accuracy {test_accuracy:.4f} is below 0.9")
-    if failures:
-        # Every rank exits non-zero; rank 0 says why.
-        raise SystemExit("FAILED: " + "; ".join(failures) if rank == 0 else 1)
+    # Rank 0's verdict for every rank, sent once it has said why: mpirun stops the job as soon
+    # as one rank exits non-zero.
+    if rank == 0 and failures:
+        print("FAILED: " + "; ".join(failures), file=sys.stderr, flush=True)
+    if ringlet.broadcast_object(bool(failures), root=0):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
