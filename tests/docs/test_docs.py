@@ -17,6 +17,7 @@ import pytest
 import ringlet
 import ringlet.hvd
 import ringlet.jupyter
+import ringlet.jax
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +50,7 @@ def first_line(obj) -> str:
     (ringlet, "reference/ringlet/index.html"),
     (ringlet.hvd, "reference/hvd/index.html"),
     (ringlet.jupyter, "reference/jupyter/index.html"),
+    (ringlet.jax, "reference/jax/index.html"),
 ])
 def test_every_public_name_is_in_the_api_reference_with_its_docstring(site, module, page):
     source = (site / page).read_text()

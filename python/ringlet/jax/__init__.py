@@ -44,6 +44,7 @@ __all__ = [
     "broadcast",
     "broadcast_parameters",
     "reduce_scatter",
+    "ringlet_error",
     "ringlet_errors",
     "tree_allreduce",
 ]
