@@ -1,7 +1,7 @@
 """Allreduce inside ``jax.jit``: ringlet.jax against mpi4jax and ``jax.lax.psum``, in one run.
 
     mpirun -n 2 python benchmarks/jax_bench.py [--sizes 8,64,512,4K,32K,256K,1M,4M,16M,64M]
-        [--candidates ringlet,mpi4jax,psum] [--time-budget 5] [--min-rounds 5]
+        [--candidates ringlet,mpi4jax,psum] [--time-budget 5] [--min-rounds 10]
         [--max-rounds 200] [--train-rounds 20] [--train-steps 10] [--no-train]
         [--markdown] [--json FILE]
 
@@ -15,7 +15,10 @@ Candidates, each a jitted function of a float32 vector (``make bench-jax``; RESU
   from MPI) with JAX's CPU collectives (gloo over TCP, JAX's default; ``--psum-collectives
   mpi`` needs MPItrampoline's ``MPITRAMPOLINE_LIB``).
 A candidate whose import or set-up fails on any rank is skipped on every rank, the reason
-printed.
+printed. Beside them, ``none``: ``x + 1`` in ``jax.jit``, the floor of a jitted call that
+communicates nothing. (ringlet and mpi4jax carry an ordered effect, which keeps JAX off its
+C++ dispatch fast path: their calls pay JAX's Python dispatch, hundreds of µs on a busy
+machine, which ``none`` does not.)
 
 Allreduce: per size, two untimed calls of each candidate (compilation, first touch), then
 rounds of one call of each, in a random order per round (the same on every rank), until
@@ -122,7 +125,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--sizes", default=DEFAULT_SIZES, help="comma-separated message sizes in bytes")
     add("--candidates", default=",".join(CANDIDATES), help="comma-separated subset")
     add("--time-budget", type=float, default=5.0, help="seconds of timed rounds per size")
-    add("--min-rounds", type=int, default=5)
+    add("--min-rounds", type=int, default=10)
     add("--max-rounds", type=int, default=200)
     add("--train-rounds", type=int, default=20, help="rounds of the training-step comparison")
     add("--train-steps", type=int, default=10, help="timed steps per path and round")
@@ -314,6 +317,9 @@ def allreduce_runs(backends: Backends, nbytes: int) -> dict[str, tuple[Callable,
 
     def ok(result) -> bool:
         return bool(np.all(np.asarray(result) == size))
+
+    floor_fn = jax.jit(lambda x: x + 1)
+    runs["none"] = (lambda: floor_fn(local), lambda result: bool(np.all(np.asarray(result) == 2)))
 
     if "ringlet" in backends.available:
         rj = backends.rj
@@ -622,7 +628,8 @@ def report(meta: dict, results: list[dict], train: dict | None, names: list[str]
     for name, reason in meta["skipped"].items():
         print(f"# skipped {name}: {reason}")
     print()
-    print("Allreduce (sum, float32) inside jax.jit, median µs per call (slowest rank):")
+    print("Allreduce (sum, float32) inside jax.jit, median µs per call (slowest rank); none: "
+          "x + 1 inside jax.jit, no communication:")
     print()
     print(allreduce_table(results, names, args.markdown))
     if train is not None:
@@ -655,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         for name, reason in backends.skipped.items():
             print(f"skipping {name}: {reason}", file=sys.stderr, flush=True)
-    names = backends.available
+    names = ["none", *backends.available]
     results = [time_allreduce(comm, backends, nbytes, args)
                for nbytes in progress(args.sizes, rank == 0)]
     phases["allreduce_s"] = time.perf_counter() - started - sum(phases.values())
