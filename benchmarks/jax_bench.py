@@ -205,8 +205,8 @@ def set_up(comm: MPI.Comm, args) -> Backends:
             error = describe(exc)
         if (reason := agree(comm, error)) is not None:
             backends.mpi4jax, backends.skipped["mpi4jax"] = None, (
-                f"import mpi4jax failed ({reason}); install it with "
-                f"`pip install mpi4jax` (it compiles against mpi4py's MPI)"
+                f"import mpi4jax failed ({reason}); `make bench-jax` builds it against "
+                f"this MPI"
             )
     if "psum" in args.candidates:
         error = None
@@ -226,6 +226,10 @@ def start_distributed(comm: MPI.Comm, collectives: str):
     """jax.distributed over the MPI job: rank 0 hosts the coordinator on a free port."""
     from jax.sharding import Mesh
 
+    if collectives == "mpi" and not os.environ.get("MPITRAMPOLINE_LIB"):
+        # jaxlib's MPI collectives load MPI through MPItrampoline, which exits the process
+        # without it.
+        raise RuntimeError("MPITRAMPOLINE_LIB is not set (MPItrampoline's MPIwrapper library)")
     jax.config.update("jax_cpu_collectives_implementation", collectives)
     hosts = comm.allgather(socket.gethostname())
     address = None
