@@ -125,6 +125,28 @@ bench-train: setup
 	$(MPIRUN) -n 2 $(PYTHON) benchmarks/train_bench.py --json benchmarks/train_results.json \
 		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
+# Allreduce inside jax.jit (8 B to 64 MiB) and a jitted training step at N=2: ringlet.jax
+# against mpi4jax and jax.lax.psum over jax.distributed (gloo), interleaved in one run
+# (benchmarks/RESULTS.md, "JAX"); about 2-3 minutes.
+# make bench-jax JAX_BENCH_ARGS="--sizes 8,4K,16M --no-train --json jax.json"
+# mpi4jax is built here, once, not through an extra: it compiles against the environment's
+# MPI (its build takes the compiler wrapper's path in MPI4JAX_BUILD_MPICC: mpicc, or
+# mpicc.mpich with MPICH=1), and pip and uv cache a wheel built from a source archive by the
+# archive, not by the MPI, so an extra would hand .venv-mpich the Open MPI build (hence
+# --no-cache-dir). Without build isolation it compiles against this venv's jaxlib headers
+# (nanobind is its one build requirement the venv lacks). jax and optax come with the jax
+# extra, scikit-learn with demo; installed here only if missing.
+JAX_BENCH_ARGS ?=
+.PHONY: bench-jax
+bench-jax: setup
+	$(PYTHON) -c "import jax, optax, sklearn" 2>/dev/null || \
+		$(PYTHON) -m pip install -q "jax>=0.10" "optax>=0.2" scikit-learn
+	$(PYTHON) -c "import importlib.util as u; exit(u.find_spec('mpi4jax') is None)" || { \
+		$(PYTHON) -m pip install -q "nanobind>=2" && \
+		MPI4JAX_BUILD_MPICC="$$(command -v $${MPICC:-mpicc})" $(PYTHON) -m pip install -q \
+			--no-build-isolation --no-cache-dir --no-deps "mpi4jax>=0.9.1"; }
+	$(MPIRUN) -n 2 $(PYTHON) benchmarks/jax_bench.py --markdown $(JAX_BENCH_ARGS)
+
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
 test: setup test-rust memcheck lint stubtest test-python test-jax test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
