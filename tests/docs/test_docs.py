@@ -16,8 +16,8 @@ import pytest
 
 import ringlet
 import ringlet.hvd
-import ringlet.jupyter
 import ringlet.jax
+import ringlet.jupyter
 
 ROOT = Path(__file__).resolve().parents[2]
 
