@@ -1134,3 +1134,38 @@ fn a_rank_knows_when_every_other_rank_has_left_and_only_then() {
         }
     }
 }
+
+#[test]
+fn of_several_ranks_that_left_the_one_that_left_first_is_named() {
+    use _core::runtime::call::{Call, Kind, Label};
+    use _core::runtime::stall::StallInspector;
+    use _core::transport::{Transport, Watcher};
+    let transports = LocalTransport::group(3);
+    let inspector = || {
+        StallInspector::new(
+            StallPolicy::default(),
+            9,
+            vec!["h".into(); 3],
+            vec![],
+            quiet(),
+        )
+    };
+    let (mine, theirs) = (inspector(), inspector());
+    // Rank 2 left after 4 collectives; rank 1 then made one more and left too (because of it).
+    transports[1]
+        .send_notice(0, theirs.departure(5))
+        .expect("sent");
+    transports[2]
+        .send_notice(0, theirs.departure(4))
+        .expect("sent");
+    mine.enter(Label::of(&Call::new(Kind::Broadcast, 0), 5));
+    let error = mine
+        .waiting(&transports[0], 1, Duration::from_millis(100), &mut 0)
+        .expect_err("neither made #5");
+    assert!(
+        error
+            .to_string()
+            .starts_with("rank 2 has shut down ringlet (ringlet.shutdown() or the end of its program) after 4 collectives"),
+        "{error}"
+    );
+}

@@ -165,10 +165,13 @@ impl StallInspector {
             return Ok(());
         }
         let departed = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        // The rank that left first is named: the others may have left because of it (a test
+        // fixture, a handler that shuts down on the error this raises).
         let Some((rank, completed)) = departed
             .iter()
             .enumerate()
-            .find_map(|(rank, completed)| completed.filter(|&c| c <= seq).map(|c| (rank, c)))
+            .filter_map(|(rank, completed)| completed.filter(|&c| c <= seq).map(|c| (rank, c)))
+            .min_by_key(|&(rank, completed)| (completed, rank))
         else {
             return Ok(());
         };
