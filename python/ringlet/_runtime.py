@@ -155,7 +155,7 @@ def _abort_on_uncaught_exceptions() -> None:
 
     def hook(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
         previous(kind, value, traceback)
-        if _core.is_initialized() and size() > 1:
+        if _core.is_initialized() and size() > 1 and not _python_still_runs():
             sys.stderr.write(
                 f"ringlet: rank {rank()} stopped on an uncaught {kind.__name__}; ending "
                 "the job so that the other ranks do not wait for it forever "
@@ -166,6 +166,17 @@ def _abort_on_uncaught_exceptions() -> None:
 
     hook._ringlet = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def _python_still_runs() -> bool:
+    """Whether Python code is running below the hook: then it was called to print an error that
+    is handled (a library reporting its callback's exception, as JAX's callbacks may), not by
+    the interpreter for an exception that ends the program, which it calls with no frame left."""
+    try:
+        sys._getframe(2)
+    except ValueError:
+        return False
+    return True
 
 
 def is_initialized() -> bool:

@@ -113,3 +113,23 @@ def test_ctrl_c_during_a_long_allreduce_exits_promptly():
         ringlet.allreduce(big, out=big, algorithm="ring")
     """, on_start=interrupt_when_ready, timeout=45)
     assert code != 0 and seconds < 45, output
+
+
+def test_an_exception_printed_through_the_hook_while_python_runs_does_not_end_the_job():
+    # A library that reports an error it has handled (as JAX's callbacks can) calls
+    # sys.excepthook with the program still running: the job goes on.
+    code, output, seconds = launch(LOOP + """
+    import sys
+    def report():
+        try:
+            raise ValueError("handled on rank 1")
+        except ValueError as error:
+            if ringlet.rank() == 1:
+                sys.excepthook(type(error), error, error.__traceback__)
+    report()
+    ringlet.allreduce(x, out=x)
+    print("went on", ringlet.rank(), flush=True)
+    """)
+    assert code == 0 and seconds < 60, output
+    assert "handled on rank 1" in output and "ending the job" not in output, output
+    assert output.count("went on") == 2, output
