@@ -312,3 +312,18 @@ def test_broadcast_parameters_gives_every_rank_the_roots(rank, size, comm):
     got = rj.broadcast_parameters(params, root=size - 1)
     np.testing.assert_array_equal(np.asarray(got["w"]), np.full((2, 2), size - 1.0))
     assert int(got["n"]) == size - 1
+
+
+def test_outside_jit_the_input_is_read_and_the_result_handed_to_jax_in_place(monkeypatch, size):
+    x = jnp.arange(1 << 16, dtype=jnp.float32)
+    made = []
+    empty = rj._empty
+    monkeypatch.setattr(rj, "_empty", lambda *args: made.append(empty(*args)) or made[-1])
+    read = []
+    host = rj._host
+    monkeypatch.setattr(rj, "_host", lambda array: read.append(host(array)) or read[-1])
+    result = rj.allreduce(x)
+    np.testing.assert_array_equal(np.asarray(result), np.arange(1 << 16) * size)
+    # Read where JAX keeps x, reduced into a fresh array that JAX then owns: no copy either way.
+    assert read[0].ctypes.data == x.unsafe_buffer_pointer()
+    assert result.unsafe_buffer_pointer() == made[0].ctypes.data

@@ -5,8 +5,11 @@
 ... def step(grads):
 ...     return rj.tree_allreduce(grads, op="avg")      # one fused collective for the pytree
 
-Each collective is an XLA custom call to ringlet's core (XLA FFI), with an ordered effect: on
-every rank XLA runs them in program order, with no tokens to pass. The core checks that the
+Inside ``jax.jit`` (and under ``jax.grad`` or ``jax.vmap``) each collective is an XLA custom
+call to ringlet's core (XLA FFI), with an ordered effect: on every rank XLA runs them in program
+order, with no tokens to pass. Outside, a collective waits for JAX's pending collectives, then
+runs on the array's memory as ringlet's NumPy API does and hands its result to JAX without a
+copy (zero-copy both ways on CPU). The core checks that the
 ranks agree on each call and watches the wait, as for NumPy arrays; bf16 and fp16 are reduced
 with float32 accumulation. Sum and avg are differentiable (``jax.grad`` of a sum-allreduce is
 a sum-allreduce of the cotangent), and every collective works under ``jax.vmap``.
@@ -21,15 +24,21 @@ at the same call, and the ranks stay in step.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _core, selector
+from .._allreduce import allreduce as _numpy_allreduce
 from .._collectives import _check_root, check_algorithm
+from .._collectives import allgather as _numpy_allgather
+from .._collectives import broadcast as _numpy_broadcast
+from .._collectives import reduce_scatter as _numpy_reduce_scatter
 from .._core import MismatchError, RingletError
 from .._dtypes import check_op
 from .._gradients import fusion_threshold_bytes
@@ -93,6 +102,36 @@ def _run(bind: Callable[..., Any], *args: Any, **params: Any) -> Any:
         return bind(*args, **params)
 
 
+def _traced(*arrays: Any) -> bool:
+    """Whether a transformation (jit, grad, vmap) is tracing: the collective is then a
+    primitive in the computation; otherwise it runs now, on the arrays' memory."""
+    return any(isinstance(x, jax.core.Tracer) for x in arrays)
+
+
+def _host(x: jax.Array) -> np.ndarray:
+    """``x``'s memory as NumPy sees it (no copy on CPU), once JAX's pending collectives have
+    run (they come first, in call order) and ``x`` is computed."""
+    jax.effects_barrier()
+    return np.asarray(x)
+
+
+# JAX takes host memory without a copy when it is aligned to this.
+_JAX_ALIGNMENT = 64
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A fresh array aligned for JAX to take over without a copy."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + _JAX_ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _JAX_ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _to_jax(result: np.ndarray) -> jax.Array:
+    """Hand a result nobody else holds to JAX (without a copy when it is aligned)."""
+    return jax.device_put(result)
+
+
 def _where(process_set: ProcessSet | None, algorithm: str, collective: str,
            reduces: tuple[str, str] | None = None) -> Place:
     """Where the collective runs, once its algorithm is known to take ``reduces`` (dtype, op):
@@ -107,7 +146,8 @@ def _where(process_set: ProcessSet | None, algorithm: str, collective: str,
 
 
 def _array(x: Any, collective: str, *, reduce: bool) -> jax.Array:
-    x = jnp.asarray(x)
+    if not isinstance(x, jax.Array):
+        x = jnp.asarray(x)
     accepted = p.REDUCIBLE if reduce else p.MOVABLE
     if x.dtype.name not in accepted:
         verb = "reduce" if reduce else "move"
@@ -125,8 +165,11 @@ def allreduce(x: Any, op: str = "sum", *, algorithm: str = "auto",
     ``ringlet.ALGORITHMS``."""
     x = _array(x, "allreduce", reduce=True)
     where = _where(process_set, algorithm, "allreduce", (x.dtype.name, check_op(op)))
-    return _run(p.allreduce_p.bind, x, op=op, algorithm=algorithm,
-                process_set=where.id)
+    if _traced(x):
+        return _run(p.allreduce_p.bind, x, op=op, algorithm=algorithm, process_set=where.id)
+    out = _empty(x.shape, x.dtype)
+    _numpy_allreduce(_host(x), op, out=out, algorithm=algorithm, process_set=process_set)
+    return _to_jax(out)
 
 
 def tree_allreduce(tree: Any, op: str = "avg", *, algorithm: str = "auto",
@@ -155,21 +198,27 @@ def broadcast(x: Any, root: int = 0, *, algorithm: str = "auto",
     x = _array(x, "broadcast", reduce=False)
     where = _where(process_set, algorithm, "broadcast")
     local_root = _check_root(root, where)
-    return _run(p.broadcast_p.bind, x, root=local_root, is_root=where.rank == local_root,
-                algorithm=algorithm, process_set=where.id)
+    if _traced(x):
+        return _run(p.broadcast_p.bind, x, root=local_root, is_root=where.rank == local_root,
+                    algorithm=algorithm, process_set=where.id)
+    out = _empty(x.shape, x.dtype)
+    _numpy_broadcast(_host(x), root, out=out, algorithm=algorithm, process_set=process_set)
+    return _to_jax(out)
 
 
 def allgather(x: Any, *, algorithm: str = "auto",
               process_set: ProcessSet | None = None) -> jax.Array:
     """Every rank's ``x`` concatenated along the first axis, in rank order. Inside
     ``jax.jit`` every rank's shape must be the same (the result's shape is fixed when traced);
-    outside, too."""
+    outside, the first dimension may differ between ranks."""
     x = _array(x, "allgather", reduce=False)
     if x.ndim == 0:
         raise ValueError("ringlet.jax.allgather needs an array of at least one dimension")
     where = _where(process_set, algorithm, "allgather")
-    return _run(p.allgather_p.bind, x, size=where.size, algorithm=algorithm,
-                process_set=where.id)
+    if _traced(x):
+        return _run(p.allgather_p.bind, x, size=where.size, algorithm=algorithm,
+                    process_set=where.id)
+    return _to_jax(_numpy_allgather(_host(x), algorithm=algorithm, process_set=process_set))
 
 
 def reduce_scatter(x: Any, op: str = "sum", *, algorithm: str = "auto",
@@ -184,8 +233,11 @@ def reduce_scatter(x: Any, op: str = "sum", *, algorithm: str = "auto",
             f"ringlet.jax.reduce_scatter needs a first dimension divisible by the {where.size} "
             f"ranks, got shape {tuple(x.shape)}"
         )
-    return _run(p.reduce_scatter_p.bind, x, op=op, size=where.size,
-                algorithm=algorithm, process_set=where.id)
+    if _traced(x):
+        return _run(p.reduce_scatter_p.bind, x, op=op, size=where.size,
+                    algorithm=algorithm, process_set=where.id)
+    return _to_jax(_numpy_reduce_scatter(_host(x), op, algorithm=algorithm,
+                                         process_set=process_set))
 
 
 def barrier(process_set: ProcessSet | None = None) -> None:
