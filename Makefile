@@ -126,8 +126,9 @@ bench-train: setup
 		--plot benchmarks/train_bench.png $(TRAIN_BENCH_ARGS)
 
 # Allreduce inside jax.jit (8 B to 64 MiB) and a jitted training step at N=2: ringlet.jax
-# against mpi4jax and jax.lax.psum over jax.distributed (gloo), interleaved in one run
-# (benchmarks/RESULTS.md, "JAX"); about 2-3 minutes.
+# against mpi4jax and jax.lax.psum over jax.distributed (gloo), interleaved in one run; then
+# the allreduce again of a value computed in the jitted function, as gradients are
+# (benchmarks/RESULTS.md, "JAX"); about 2 minutes.
 # make bench-jax JAX_BENCH_ARGS="--sizes 8,4K,16M --no-train --json jax.json"
 # mpi4jax is built here, once, not through an extra: it compiles against the environment's
 # MPI (its build takes the compiler wrapper's path in MPI4JAX_BUILD_MPICC: mpicc, or
@@ -146,6 +147,8 @@ bench-jax: setup
 		MPI4JAX_BUILD_MPICC="$$(command -v $${MPICC:-mpicc})" $(PYTHON) -m pip install -q \
 			--no-build-isolation --no-cache-dir --no-deps "mpi4jax>=0.9.1"; }
 	$(MPIRUN) -n 2 $(PYTHON) benchmarks/jax_bench.py --markdown $(JAX_BENCH_ARGS)
+	$(MPIRUN) -n 2 $(PYTHON) benchmarks/jax_bench.py --markdown --input computed --no-train \
+		$(JAX_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
 test: setup test-rust memcheck lint stubtest test-python test-jax test-cluster-quick \

@@ -132,6 +132,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--no-train", action="store_true", help="skip the training-step comparison")
     add("--psum-collectives", choices=("gloo", "mpi"), default="gloo",
         help="jax_cpu_collectives_implementation for the psum path")
+    add("--input", choices=("argument", "computed"), default="argument",
+        help="allreduce the jitted function's argument x, or x + 1 computed in it (as gradients "
+             "are computed in a training step: ringlet then reduces in XLA's buffer, no copy)")
     add("--markdown", action="store_true", help="print Markdown tables")
     add("--json", metavar="FILE", help="write the results as JSON (rank 0)")
     args = parser.parse_args(argv)
@@ -155,6 +158,7 @@ class Backends:
     rj: Any = None  # ringlet.jax
     mpi4jax: Any = None
     mesh: Any = None  # psum: a Mesh over every process's device, axis "i"
+    input: str = "argument"  # what the allreduce reduces (--input)
     skipped: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -183,7 +187,7 @@ def describe(exc: BaseException) -> str:
 def set_up(comm: MPI.Comm, args) -> Backends:
     """Import the requested candidates and start jax.distributed for psum, in that order:
     jax.distributed must start before JAX computes anything."""
-    backends = Backends(comm.Get_rank(), comm.Get_size())
+    backends = Backends(comm.Get_rank(), comm.Get_size(), input=args.input)
     for name in CANDIDATES:
         if name not in args.candidates:
             backends.skipped[name] = "not requested (--candidates)"
@@ -325,15 +329,23 @@ def allreduce_runs(backends: Backends, nbytes: int) -> dict[str, tuple[Callable,
     floor_fn = jax.jit(lambda x: x + 1)
     runs["none"] = (lambda: floor_fn(local), lambda result: bool(np.all(np.asarray(result) == 2)))
 
+    # The value reduced: the argument (XLA keeps it, so ringlet, which reduces in place in a
+    # buffer aliased to its input, first gets a copy), or x + 1 computed in the function.
+    computed = backends.input == "computed"
+    value = (lambda x: x + 1) if computed else (lambda x: x)
+    if computed:
+        def ok(result) -> bool:
+            return bool(np.all(np.asarray(result) == 2 * size))
+
     if "ringlet" in backends.available:
         rj = backends.rj
-        ringlet_fn = jax.jit(lambda x: rj.allreduce(x, op="sum"))
+        ringlet_fn = jax.jit(lambda x: rj.allreduce(value(x), op="sum"))
         runs["ringlet"] = (lambda: ringlet_fn(local), ok)
     if "mpi4jax" in backends.available:
         m4j = backends.mpi4jax
-        mpi4jax_fn = jax.jit(lambda x: m4j.allreduce(x, op=MPI.SUM))
+        mpi4jax_fn = jax.jit(lambda x: m4j.allreduce(value(x), op=MPI.SUM))
         runs["mpi4jax"] = (lambda: mpi4jax_fn(local), ok)
-    if "psum" in backends.available:
+    if "psum" in backends.available and not computed:
         psum_fn = shard_psum(backends.mesh)
         global_x = global_vector(backends.mesh, np.ones(count, np.float32))
         runs["psum"] = (lambda: psum_fn(global_x),
@@ -632,8 +644,10 @@ def report(meta: dict, results: list[dict], train: dict | None, names: list[str]
     for name, reason in meta["skipped"].items():
         print(f"# skipped {name}: {reason}")
     print()
-    print("Allreduce (sum, float32) inside jax.jit, median µs per call (slowest rank); none: "
-          "x + 1 inside jax.jit, no communication:")
+    reduced = ("x + 1, computed in the jitted function" if args.input == "computed"
+               else "the jitted function's argument x")
+    print(f"Allreduce (sum, float32) of {reduced}, inside jax.jit, median µs per call (slowest "
+          "rank); none: x + 1 inside jax.jit, no communication:")
     print()
     print(allreduce_table(results, names, args.markdown))
     if train is not None:
