@@ -164,3 +164,22 @@ def test_compare_builds_takes_medians_of_ratios_measured_in_one_run(tmp_path):
     odd = subprocess.run([sys.executable, "benchmarks/compare_builds.py", "--bench",
                           str(runs[0])], cwd=ROOT, text=True, capture_output=True, timeout=60)
     assert odd.returncode != 0 and "pairs" in odd.stderr
+
+
+def test_jax_bench_times_ringlet_inside_jit_and_checks_the_training_step(tmp_path):
+    # mpi4jax is built by make bench-jax only; without it the benchmark says so and goes on.
+    for mode in ("argument", "computed"):
+        out = tmp_path / f"{mode}.json"
+        job = mpirun("benchmarks/jax_bench.py", "--candidates", "ringlet,mpi4jax",
+                     "--sizes", "8,64K", "--time-budget", "0.1", "--min-rounds", "2",
+                     "--train-rounds", "1", "--train-steps", "2", "--input", mode,
+                     "--json", str(out), timeout=600)
+        assert job.returncode == 0, job.stdout + job.stderr
+        results = json.loads(out.read_text())
+        assert [row["bytes"] for row in results["allreduce"]] == [8, 65536]
+        for row in results["allreduce"]:
+            assert row["correct"] and row["median_us"]["ringlet"] > 0
+            assert ("mpi4jax" in row["median_us"]) == ("ringlet_over_mpi4jax" in row)
+        train = results["train"]
+        assert train["gradients_averaged_right"] and train["equal_across_ranks"]
+        assert train["median_us"]["ringlet"] > 0
