@@ -55,7 +55,7 @@ from pathlib import Path
 import bench_report  # benchmarks/bench_report.py, next to this script
 import ml_dtypes
 import numpy as np
-from bench_report import FLOAT32_AUTO, Meta, SizeResult, Timing
+from bench_report import FLOAT32_AUTO, SIZE_SUFFIXES, Meta, SizeResult, Timing, parse_size
 from mpi4py import MPI  # before ringlet: mpi4py initializes MPI, ringlet then shares it
 
 import ringlet
@@ -71,7 +71,6 @@ DTYPES = {
 SIXTEEN_BIT = ("float16", "bfloat16")
 NATIVE_DTYPES = ("float32", "float64", "int32", "int64")
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
-SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 WARMUP_SHARE = 0.25
 """At most this share of --time-budget goes to warm-up rounds (always at least one)."""
 BANDWIDTH_REPEATS = 10
@@ -83,20 +82,6 @@ DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "out"
 
 # ---------------------------------------------------------------------------------------------
 # Command line
-
-
-def parse_size(text: str) -> int:
-    """Bytes from "4096", "4K", "16M" or "1G" (binary units; "16MB" and "16MiB" work too)."""
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = SIZE_SUFFIXES.get(value[-1:], 1)
-    digits = value[:-1] if value[-1:] in SIZE_SUFFIXES else value
-    try:
-        size = int(digits) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8, 4K, 16M, 1G)") from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return size
 
 
 def positive_float(text: str) -> float:

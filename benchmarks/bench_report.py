@@ -1,4 +1,5 @@
-"""Reporting for allreduce_bench.py (rank 0 only, no MPI): derived metrics, tables, CSV, plot.
+"""Reporting for allreduce_bench.py (rank 0 only, no MPI): derived metrics, tables, CSV, plot;
+and parse_size, for the size arguments of allreduce_bench.py and jax_bench.py.
 
 The benchmark hands over one ``SizeResult`` per message size; ``derive_rows`` turns them into
 one flat row (a dict) per (size, candidate) with every derived column, and the writers below
@@ -7,6 +8,7 @@ render those rows as a text table, Markdown tables, a CSV file and a PNG plot.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 from dataclasses import dataclass
@@ -492,3 +494,20 @@ def line_styles(names: list[str]) -> dict[str, dict]:
     styles["auto"] = {"color": "black", "marker": "x", "linestyle": ":", "linewidth": 1.6}
     styles["native"] = {"color": "gray", "marker": "s", "linewidth": 2.2, "alpha": 0.6}
     return styles
+
+
+SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "4096", "4K", "16M" or "1G" (binary units; "16MB" and "16MiB" work too)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = SIZE_SUFFIXES.get(value[-1:], 1)
+    digits = value[:-1] if value[-1:] in SIZE_SUFFIXES else value
+    try:
+        size = int(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8, 4K, 16M, 1G)") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return size

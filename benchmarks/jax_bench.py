@@ -68,11 +68,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 import jax.numpy as jnp
 import numpy as np
+from bench_report import parse_size  # benchmarks/bench_report.py, next to this script
 from mpi4py import MPI  # before ringlet and jax: mpi4py initializes MPI
 
 CANDIDATES = ("ringlet", "mpi4jax", "psum")
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M"
-SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 LARGE = 16 << 20
 """From this size the issue's target for ringlet over mpi4jax is 0.7, below it 1.1."""
 TARGETS = {"small": 1.1, "large": 0.7}
@@ -89,15 +89,9 @@ GRADIENT_RTOL, GRADIENT_ATOL = 1e-4, 1e-6
 # Command line
 
 
-def parse_size(text: str) -> int:
-    """Bytes from "4096", "4K", "16M" or "1G" (binary units)."""
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = SIZE_SUFFIXES.get(value[-1:], 1)
-    digits = value[:-1] if value[-1:] in SIZE_SUFFIXES else value
-    try:
-        size = int(digits) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 8, 4K, 16M)") from None
+def float32_size(text: str) -> int:
+    """A size (see ``bench_report.parse_size``) that is a whole number of float32."""
+    size = parse_size(text)
     if size < 4 or size % 4:
         raise argparse.ArgumentTypeError(f"not a whole number of float32: {text!r}")
     return size
@@ -138,7 +132,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--markdown", action="store_true", help="print Markdown tables")
     add("--json", metavar="FILE", help="write the results as JSON (rank 0)")
     args = parser.parse_args(argv)
-    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    try:
+        args.sizes = [float32_size(s) for s in args.sizes.split(",") if s]
+    except argparse.ArgumentTypeError as error:
+        parser.error(f"--sizes: {error}")
     args.candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
     unknown = set(args.candidates) - set(CANDIDATES)
     if unknown:
