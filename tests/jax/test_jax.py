@@ -327,3 +327,34 @@ def test_outside_jit_the_input_is_read_and_the_result_handed_to_jax_in_place(mon
     # Read where JAX keeps x, reduced into a fresh array that JAX then owns: no copy either way.
     assert read[0].ctypes.data == x.unsafe_buffer_pointer()
     assert result.unsafe_buffer_pointer() == made[0].ctypes.data
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_collectives_on_a_process_set(place, rank, size):
+    """Each half of the ranks (even, odd) reduces, broadcasts and gathers within itself, at
+    the same time as the other half."""
+    even = ringlet.add_process_set(range(0, size, 2))
+    odd = ringlet.add_process_set(range(1, size, 2)) if size > 1 else None
+    mine, members = (even, list(range(0, size, 2))) if rank % 2 == 0 else (
+        odd, list(range(1, size, 2)))
+    try:
+        inputs = {r: exact_input(21, r, (3, 4), "float32", "sum") for r in range(size)}
+        x = jnp.asarray(inputs[rank])
+
+        def within(x):
+            return (rj.allreduce(x, "avg", process_set=mine),
+                    rj.broadcast(x, root=members[-1], process_set=mine),
+                    rj.allgather(x, process_set=mine),
+                    rj.tree_allreduce({"x": x}, "sum", process_set=mine)["x"])
+
+        averaged, broadcast, gathered, summed = run(place, within, x)
+        ours = [inputs[r] for r in members]
+        np.testing.assert_array_equal(np.asarray(averaged), reference(ours, "avg"))
+        np.testing.assert_array_equal(np.asarray(broadcast), inputs[members[-1]])
+        np.testing.assert_array_equal(np.asarray(gathered), np.concatenate(ours))
+        np.testing.assert_array_equal(np.asarray(summed), reference(ours, "sum"))
+    finally:
+        for added in (even, odd):
+            if added is not None:
+                ringlet.remove_process_set(added)
+    np.testing.assert_array_equal(np.asarray(rj.allreduce(jnp.ones(2))), np.full(2, size))
