@@ -36,7 +36,8 @@ class RingletEffect(_effects.Effect):
     order, and JAX orders computations that have it, so every rank makes its collectives in
     the same order."""
 
-    __str__ = __repr__ = lambda self: "RingletEffect"
+    def __repr__(self) -> str:
+        return "RingletEffect"
 
 
 EFFECT = RingletEffect()
