@@ -358,3 +358,15 @@ def test_collectives_on_a_process_set(place, rank, size):
             if added is not None:
                 ringlet.remove_process_set(added)
     np.testing.assert_array_equal(np.asarray(rj.allreduce(jnp.ones(2))), np.full(2, size))
+
+
+def test_the_result_shapes_are_exact_for_any_number_of_ranks():
+    # 49 * (1 / 49) is 0.999... in floating point: the row counts are integer arithmetic.
+    from ringlet.jax import _primitives as p
+
+    rows = jax.ShapeDtypeStruct((49, 2), jnp.float32)
+    scattered = jax.eval_shape(lambda x: p.reduce_scatter_p.bind(
+        x, op="sum", size=49, algorithm="auto", process_set=0), rows)
+    gathered = jax.eval_shape(lambda x: p.allgather_p.bind(
+        x, size=49, algorithm="auto", process_set=0), rows)
+    assert (scattered.shape, gathered.shape) == ((1, 2), (49 * 49, 2))

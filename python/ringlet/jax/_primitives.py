@@ -104,9 +104,9 @@ def _same(x: Any, **_: Any) -> tuple[Any, set[Any]]:
     return _jax_core.ShapedArray(x.shape, x.dtype), {EFFECT}
 
 
-def _rows(x: Any, factor: float, **_: Any) -> tuple[Any, set[Any]]:
-    shape = (int(x.shape[0] * factor), *x.shape[1:])
-    return _jax_core.ShapedArray(shape, x.dtype), {EFFECT}
+def _rows(x: Any, rows: int) -> tuple[Any, set[Any]]:
+    """An array of ``x``'s shape with ``rows`` rows."""
+    return _jax_core.ShapedArray((rows, *x.shape[1:]), x.dtype), {EFFECT}
 
 
 allreduce_p.def_effectful_abstract_eval(_same)
@@ -115,10 +115,10 @@ tree_allreduce_p.def_effectful_abstract_eval(
     lambda *xs, **_: ([_jax_core.ShapedArray(x.shape, x.dtype) for x in xs], {EFFECT})
 )
 allgather_p.def_effectful_abstract_eval(
-    lambda x, *, size, **_: _rows(x, size)
+    lambda x, *, size, **_: _rows(x, x.shape[0] * size)
 )
 reduce_scatter_p.def_effectful_abstract_eval(
-    lambda x, *, size, **_: _rows(x, 1 / size)
+    lambda x, *, size, **_: _rows(x, x.shape[0] // size)
 )
 barrier_p.def_effectful_abstract_eval(lambda **_: ([], {EFFECT}))
 
