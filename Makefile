@@ -70,7 +70,7 @@ STAMPS := build/stamps/default
 else
 $(error MPICH=$(MPICH): use MPICH=1, or leave it unset for the default MPI (mpicc, mpirun))
 endif
-EXTRAS ?= test,bench,torch,demo,jupyter,docs,jax
+EXTRAS ?= test,bench,torch,demo,jupyter,docs,jax,tensorflow
 PYTHON := $(VENV)/bin/python
 # The binary wheel (make wheel), always built by the default set-up.
 WHEEL_STAMP := dist/.built
