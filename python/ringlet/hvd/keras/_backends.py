@@ -22,9 +22,11 @@ def backend() -> str:
 
 
 def grouped_allreduce(tensors: list[Any], op: str, prescale: float, postscale: float,
-                      compression: Any, process_set: Any) -> list[Any]:
+                      compression: Any, process_set: Any, sparse_as_dense: bool = False
+                      ) -> list[Any]:
     """``tensors`` reduced with ``op`` ("avg" or "sum") over ``process_set``, scaled by
-    ``prescale`` before and ``postscale`` after, sent as ``compression`` says."""
+    ``prescale`` before and ``postscale`` after, sent as ``compression`` says
+    (``sparse_as_dense``: TensorFlow's sparse gradients densified first)."""
     if not tensors:
         return []
     name = backend()
@@ -33,7 +35,8 @@ def grouped_allreduce(tensors: list[Any], op: str, prescale: float, postscale: f
     if name == "torch":
         return _torch(tensors, op, prescale, postscale, compression, process_set)
     if name == "tensorflow":
-        return _tensorflow(tensors, op, prescale, postscale, compression, process_set)
+        return _tensorflow(tensors, op, prescale, postscale, compression, process_set,
+                           sparse_as_dense)
     raise NotImplementedError(
         f"ringlet.hvd.keras supports the jax, torch and tensorflow Keras backends, not {name!r}"
     )
@@ -87,7 +90,7 @@ def _torch(tensors: list[Any], op: str, prescale: float, postscale: float, compr
 
 
 def _tensorflow(tensors: list[Any], op: str, prescale: float, postscale: float,
-                compression: Any, process_set: Any) -> list[Any]:
+                compression: Any, process_set: Any, sparse_as_dense: bool) -> list[Any]:
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util
 
@@ -108,6 +111,9 @@ def _tensorflow(tensors: list[Any], op: str, prescale: float, postscale: float,
         ) from missing
     from .._common import Average, Sum
 
+    if sparse_as_dense:
+        tensors = [tf.convert_to_tensor(t) if isinstance(t, tf.IndexedSlices) else t
+                   for t in tensors]
     return list(hvd_tf.grouped_allreduce(
         list(tensors), op=Average if op == "avg" else Sum, prescale_factor=prescale,
         postscale_factor=postscale, compression=compression, process_set=process_set))

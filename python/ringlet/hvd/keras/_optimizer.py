@@ -34,6 +34,7 @@ class _Options:
     process_set: Any = global_process_set
     scale_local_gradients: bool = True
     name: str | None = None
+    sparse_as_dense: bool = False
 
 
 def _split_list(items: list[Any], n: int) -> list[list[Any]]:
@@ -128,7 +129,7 @@ class _Distributed:
         for chunk in chunks:
             results = _backends.grouped_allreduce(
                 [grads[i] for i in chunk], options.op, options.prescale, options.postscale,
-                options.compression, process_set)
+                options.compression, process_set, options.sparse_as_dense)
             for i, result in zip(chunk, results):
                 reduced[i] = result
         if self._hvd_local_vars and options.scale_local_gradients:
@@ -238,9 +239,6 @@ def _options(compression: Any, sparse_as_dense: bool, gradient_predivide_factor:
                              "supported (leave device_dense and device_sparse empty)")
     _backends._wire_dtype(compression)
     _ringlet_set(process_set)  # added, or a clear error now
-    # sparse_as_dense: Keras 3's JAX and PyTorch gradients are dense; TensorFlow's sparse
-    # gradients (embeddings') are densified before the allreduce either way.
-    del sparse_as_dense
     return _Options(
         compression=compression,
         op="avg" if op == Average else "sum",
@@ -253,6 +251,9 @@ def _options(compression: Any, sparse_as_dense: bool, gradient_predivide_factor:
         process_set=process_set,
         scale_local_gradients=bool(scale_local_gradients),
         name=name,
+        # Only TensorFlow's gradients can be sparse (tf.IndexedSlices, of embeddings): densified
+        # with it, else allgathered (Horovod's). JAX's and PyTorch's are always dense.
+        sparse_as_dense=bool(sparse_as_dense),
     )
 
 

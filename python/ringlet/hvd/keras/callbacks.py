@@ -49,8 +49,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     rank when training starts, so that every rank starts from the same weights (random, or
     restored on the root).
 
-    Keras 3 builds the optimizer before ``on_train_begin``, so the broadcast happens there,
-    before the first step (Horovod's, for TF2's lazily built optimizers, comes after it).
+    The broadcast happens in ``on_train_begin``, before the first step (building the optimizer
+    if the trainer has not yet: TensorFlow's builds it in the first step). Horovod's comes
+    after the first step, as TF2's optimizers made their variables in it.
     """
 
     def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
@@ -77,7 +78,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         _sync(model)
         variables = [v for v in model.variables if id(v) not in self._local_vars]
         optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None and optimizer.built:
+        if optimizer is not None:
+            if not optimizer.built:  # TensorFlow's trainer builds it in the first step
+                optimizer.build(model.trainable_variables)
             variables += [v for v in optimizer.variables if id(v) not in self._local_vars]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
@@ -154,7 +157,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                          f"the steps_per_epoch parameter to the {type(self).__name__}().")
 
     def _momentum_buffers(self, optimizer: Any) -> list[Any]:
-        if not self.momentum_correction or not float(getattr(optimizer, "momentum", 0) or 0):
+        if (not self.momentum_correction or not optimizer.built  # no buffers yet: zeros
+                or not float(getattr(optimizer, "momentum", 0) or 0)):
             return []
         buffers = getattr(optimizer, "momentums", None) or getattr(optimizer, "_momentums", None)
         if not buffers:
