@@ -211,7 +211,7 @@ def test_wrapping_adam_keeps_its_class_config_and_serialization():
     assert isinstance(wrapped, keras.optimizers.Adam)
     assert wrapped.get_config() == adam.get_config()
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(wrapped))
-    assert type(restored) is keras.optimizers.Adam  # loads without ringlet
+    assert type(restored) is type(adam)  # loads without ringlet (torch: Keras picks its Adam)
     assert restored.get_config() == adam.get_config()
 
 
