@@ -386,3 +386,16 @@ test-openmpi5-cluster: $(OMPI5_STAMP)
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
+
+# ---- Keras 3 (ringlet.hvd.keras) ----
+# tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
+# imported, so each backend is its own mpirun): DistributedOptimizer against NumPy, the
+# callbacks, load_model, and examples/keras_train_digits.py --check.
+KERAS_BACKENDS ?= tensorflow jax torch
+.PHONY: test-keras
+test-keras: setup
+	@for b in $(KERAS_BACKENDS); do \
+		echo "=== KERAS_BACKEND=$$b"; \
+		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
+			--color=no tests/keras || exit 1; \
+	done

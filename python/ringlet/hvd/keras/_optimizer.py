@@ -290,7 +290,14 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
 
 
 def wrapper_class(base: type, compression: Any) -> type:
-    """The class ``load_model`` puts in place of ``base`` (Horovod's wrap_optimizer)."""
-    options = _options(compression, False, 1.0, Average, 1, False, 0, None, global_process_set,
-                       True, "", "", None)
-    return _distributed_class(base, options)
+    """What ``load_model`` puts in place of ``base`` (Horovod's wrap_optimizer): a class whose
+    ``from_config`` builds ``base``'s optimizer (Keras may pick its backend's own class, as
+    PyTorch's fused Adam) and wraps it in ``DistributedOptimizer``."""
+
+    def from_config(cls: type, config: dict[str, Any], custom_objects: Any = None) -> Any:
+        return DistributedOptimizer(base.from_config(config, custom_objects=custom_objects),
+                                    compression=compression)
+
+    _backends._wire_dtype(compression)
+    return type(base.__name__, (), {"from_config": classmethod(from_config),
+                                    "__module__": __name__})
