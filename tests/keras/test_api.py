@@ -9,6 +9,8 @@ import pytest
 
 import ringlet.hvd.keras as hvd
 
+from conftest import BACKEND
+
 
 def mine(rank: int) -> np.ndarray:
     return np.arange(6, dtype=np.float32).reshape(3, 2) * (rank + 1)
@@ -41,6 +43,8 @@ def test_broadcast_global_variables_says_what_to_use_instead():
         hvd.broadcast_global_variables(0)
 
 
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="imports TensorFlow (30 s under load): "
+                    "checked in the TensorFlow backend's run")
 def test_the_tensorflow_keras_name_is_the_same_api():
     import ringlet.hvd.tensorflow.keras as tf_keras_hvd
 
