@@ -97,8 +97,9 @@ class _Distributed:
             variables = list(self._trainable_variables)
         else:
             variables = list(trainable_variables)
-            if not self.built:
-                self.build(variables)
+            if not self.built:  # here, for the aggregation variables; named as Keras does
+                with keras.name_scope(self.name):
+                    self.build(variables)
         if self._hvd_options.passes == 1:
             return super().apply(self._hvd_allreduce(grads, variables), trainable_variables)
         return self._hvd_aggregate(grads, variables, trainable_variables)
