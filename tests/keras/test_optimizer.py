@@ -243,3 +243,29 @@ def test_xla_on_tensorflow_is_refused_with_what_to_do(rank):
     model = linear_model(hvd.DistributedOptimizer(keras.optimizers.SGD(LR)), jit_compile=True)
     with pytest.raises(ValueError, match="jit_compile=False"):
         model.train_on_batch(*data(rank))
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_an_embeddings_gradient_is_averaged_sparse_or_dense(comm, rank, size, sparse_as_dense):
+    # On TensorFlow the gradient of an embedding is a tf.IndexedSlices: allgathered (Horovod's
+    # sparse average) or densified first; on JAX and PyTorch it is dense either way.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((1,), dtype="int32"), keras.layers.Embedding(6, 2),
+                              keras.layers.Flatten()])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                     sparse_as_dense=sparse_as_dense),
+                  loss="mse")
+    table = weights(model)[0].astype(np.float64)
+
+    def rows(r: int) -> np.ndarray:
+        return np.array([[r], [r + 2], [r]], np.int32)
+
+    model.train_on_batch(rows(rank), np.zeros((3, 2), np.float32))
+    gradients = []
+    for r in range(size):  # mean over the 3 x 2 outputs of e**2: 2 e / 6 per occurrence
+        g = np.zeros_like(table)
+        np.add.at(g, rows(r)[:, 0], 2 * table[rows(r)[:, 0]] / 6)
+        gradients.append(g)
+    expected = table - LR * np.mean(gradients, axis=0)
+    np.testing.assert_allclose(weights(model)[0], expected, rtol=1e-5, atol=1e-7)
+    assert_same_on_every_rank(comm, weights(model))
