@@ -286,7 +286,8 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
         rows = tf.stack([tf.shape(x, out_type=tf.int32)[0] for x in tensors])
         every = tf.reshape(_gather([rows], process_set, None)[0], [-1, len(tensors)])
         me = _set_rank(process_set)
-        return [tf.split(r, every[:, i], axis=0)[me] if _set_size(process_set) > 1 else r
+        size = _set_size(process_set)
+        return [tf.split(r, every[:, i], num=size, axis=0)[me] if size > 1 else r
                 for i, r in enumerate(reduced)]
 
     return _with_gradient(forward, backward, [_dense(t) for t in tensors])
@@ -648,6 +649,12 @@ def _check_gradient_options(op: Any, gradient_predivide_factor: float, num_group
     return groups
 
 
+def _key(source: Any) -> Any:
+    """A hashable identity of a variable (TensorFlow's, or Keras 3's, which has no ref())."""
+    ref = getattr(source, "ref", None)
+    return ref() if ref is not None else id(source)
+
+
 class _DistributedGradientTape:
     """The methods a wrapped tape gets (its class stays the original tape's)."""
 
@@ -661,7 +668,7 @@ class _DistributedGradientTape:
     def register_local_source(self, source: Any) -> None:
         """Leave this source's gradient unreduced (scaled by 1/size if
         ``scale_local_gradients``)."""
-        self._local_sources.add(source.ref())
+        self._local_sources.add(_key(source))
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
                  use_generic_names: bool = False) -> Any:
@@ -669,7 +676,7 @@ class _DistributedGradientTape:
         flat_sources = tf.nest.flatten(sources)
         flat = tf.nest.flatten(gradients, expand_composites=False)
         compression, sparse_as_dense, op, predivide, groups, process_set = self._ringlet
-        shared = [i for i, s in enumerate(flat_sources) if s.ref() not in self._local_sources]
+        shared = [i for i, s in enumerate(flat_sources) if _key(s) not in self._local_sources]
         reduced = _reduce_gradients([flat[i] for i in shared], [flat_sources[i] for i in shared],
                                     compression, sparse_as_dense, op, predivide, groups,
                                     process_set)
@@ -680,7 +687,7 @@ class _DistributedGradientTape:
             size = float(_set_size(process_set))
             for i, s in enumerate(flat_sources):
                 g = result[i]
-                if s.ref() in self._local_sources and g is not None:
+                if _key(s) in self._local_sources and g is not None:
                     result[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
                                  if isinstance(g, tf.IndexedSlices) else g / size)
         return tf.nest.pack_sequence_as(sources, result)
@@ -691,7 +698,7 @@ class _DistributedGradientTape:
         gradients = self.gradient(target, sources, output_gradients)
         local, shared = [], []
         for s, g in zip(sources, gradients):
-            (local if s.ref() in self._local_sources else shared).append((s, g))
+            (local if _key(s) in self._local_sources else shared).append((s, g))
         return local, shared
 
 
