@@ -141,7 +141,7 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
                    backward: Callable[[list[tf.Tensor]], list[Any]],
                    inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     """``forward(inputs)``, differentiable through ``backward`` when the inputs are floats."""
-    if not inputs or not all(x.dtype.is_floating for x in inputs):
+    if not inputs or not all(x.dtype.is_floating for x in inputs) or not _may_record(inputs):
         return forward(inputs)
 
     @tf.custom_gradient
@@ -158,6 +158,19 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
     return list(collective(*inputs))
 
 
+def _may_record(inputs: list[tf.Tensor]) -> bool:
+    """Whether a gradient tape may need these inputs' gradients: always in a graph (traced
+    once); eagerly only under a tape that watches them (wrapping the call for the tape costs
+    more than the collective itself when none does)."""
+    if not tf.executing_eagerly():
+        return True
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: be safe
+        return True
+    return bool(record.should_record_backprop(inputs))
+
+
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
     out = ringlet.aligned_empty(array.shape, array.dtype)
     np.copyto(out, array)
@@ -172,7 +185,15 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     """One fused allreduce of ``tensors`` (any dtypes), differentiable (the gradient of an
     allreduce is the allreduce of the gradient: same op, same factors)."""
 
+    plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
+
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
+        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES:
+            # One tensor: the synchronous call, into an aligned result (no queue hand-off).
+            out = ringlet.aligned_empty(arrays[0].shape, arrays[0].dtype)
+            ringlet.allreduce(arrays[0], _op_name(None, op), out=out,
+                              process_set=_ringlet_set(process_set))
+            return [out]
         work = [_aligned_copy(a) for a in arrays]
         _api.grouped_allreduce_(work, op=op, prescale_factor=prescale, postscale_factor=postscale,
                                 process_set=process_set, compression=compression)
