@@ -117,6 +117,13 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     if tf.executing_eagerly():
         return [_to_tensor(out) for out in compute(*(_host(x) for x in inputs))]
 
+    if _in_xla_context():
+        raise ValueError(
+            f"ringlet's collectives cannot run inside an XLA-compiled function ({name} in "
+            "tf.function(jit_compile=True), or a Keras model compiled with jit_compile=True on "
+            "the TensorFlow backend): compile without XLA (jit_compile=False, Keras' default "
+            "on a CPU-only machine)")
+
     def body(*arrays: np.ndarray) -> list[np.ndarray]:
         # TensorFlow's executor threads are named differently on each rank.
         with ringlet.as_caller("tensorflow graph"):
@@ -127,6 +134,14 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     for output, shape in zip(outputs, shapes):
         output.set_shape(shape)
     return list(outputs)
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: XLA says it
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _dense(x: Any) -> tf.Tensor:
