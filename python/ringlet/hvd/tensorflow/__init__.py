@@ -256,7 +256,7 @@ def allreduce(tensor: Any, average: Any = None, device_dense: str = "", device_s
     new tensor; a ``tf.IndexedSlices`` is reduced as Horovod does, by allgathering its values
     and indices (Sum and Average only)."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError("Only Sum and Average ops are supported with "
@@ -281,7 +281,7 @@ def grouped_allreduce(tensors: Any, average: Any = None, device_dense: str = "",
     """``allreduce`` of every tensor in one fused operation (ringlet's buckets); new
     tensors in the same order."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
@@ -329,6 +329,17 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
     return _with_gradient(forward, backward, [_dense(t) for t in tensors])
 
 
+def _member(process_set: Any) -> Any:
+    """The ringlet set behind ``process_set``, checked now (at the call, or when traced): a
+    rank outside it gets Horovod's InvalidArgumentError, before anything runs."""
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and ringlet.rank() not in chosen.ranks:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
+            f"{list(chosen.ranks)}); only its members may call its collectives")
+    return chosen
+
+
 def _set_rank(process_set: Any) -> int:
     chosen = _ringlet_set(process_set)
     return ringlet.rank() if chosen is None else int(chosen.rank or 0)
@@ -338,14 +349,14 @@ def allgather(tensor: Any, name: Any = None, ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> Any:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ between ranks, the others and the dtype may not)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     return _gather([tensor], process_set, name)[0]
 
 
 def grouped_allgather(tensors: Any, name: Any = None, ignore_name_scope: bool = False,
                       process_set: Any = global_process_set) -> list[Any]:
     """``allgather`` of each tensor, in one graph operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     return _gather(tensors, process_set, name) if tensors else []
 
@@ -354,7 +365,7 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
               process_set: Any = global_process_set) -> Any:
     """``root_rank``'s ``tensor`` on every rank, as a new tensor; differentiable (the gradient
     goes to the root: the average over ranks of the gradient there, zeros elsewhere)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
 
     def compute(array: np.ndarray) -> list[np.ndarray]:
@@ -371,10 +382,12 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
 
 
 def _check_root(root_rank: Any, process_set: Any) -> int:
-    size = _set_size(process_set)
-    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or not (
-            0 <= int(root_rank) < size):
-        raise ValueError(f"root_rank must be a rank of the process set, 0 to {size - 1}; got "
+    """Horovod's root: a global rank, which must belong to the process set."""
+    chosen = _ringlet_set(process_set)
+    ranks = list(range(ringlet.size())) if chosen is None else list(chosen.ranks)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or (
+            int(root_rank) not in ranks):
+        raise ValueError(f"root_rank must be a rank of the process set {ranks}; got "
                          f"{root_rank!r}")
     return int(root_rank)
 
@@ -395,7 +408,7 @@ def broadcast_(variables: Any, root_rank: int, name: Any = None,
 def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
                       process_set: Any) -> list[Any]:
     """Every variable's value on ``root_rank`` assigned on every rank, one operation for all."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
     if not variables:
         return []
@@ -452,7 +465,7 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
     op = _check_op(None, op)
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports Sum and Average")
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = [_dense(t) for t in tensors]
     if not tensors:
         return []
@@ -491,7 +504,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scop
     returns the rows received, in rank order, and the rows received from each rank (int32),
     as Horovod's does. Differentiable: the gradient is sent back along the rows it came
     from."""
-    _ringlet_set(process_set)
+    _member(process_set)
     tensor = _dense(tensor)
     size = _set_size(process_set)
     if splits is None:
@@ -581,7 +594,7 @@ def _sized(process_set_id: int) -> tuple[int, int]:
 
 def barrier(process_set: Any = global_process_set) -> Any:
     """Wait until every rank (of ``process_set``) has called it; in a graph, an operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
 
     def compute() -> list[np.ndarray]:
         _api.barrier(process_set)
@@ -632,6 +645,9 @@ def _reduce_gradients(grads: list[Any], sources: list[Any], compression: Any,
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and (ringlet.rank() not in chosen.ranks or len(chosen.ranks) == 1):
+        return list(grads)  # Horovod's _allreduce_cond: nothing to reduce with
     prescale, postscale = (1.0 / predivide, predivide) if op == Average else (1.0, 1.0)
     reduced: list[Any] = list(grads)
     dense = [i for i, g in enumerate(grads)
