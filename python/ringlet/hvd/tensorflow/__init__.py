@@ -116,7 +116,14 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     as a stateful graph operation, which TensorFlow runs in program order."""
     inputs = [_dense(x) for x in inputs]
     if tf.executing_eagerly():
-        return [_to_tensor(out) for out in compute(*(_host(x) for x in inputs))]
+        try:
+            results = compute(*(_host(x) for x in inputs))
+        except ValueError as error:
+            if isinstance(error, tf.errors.OpError):
+                raise
+            # What a graph's numpy_function makes of a ValueError, eagerly too.
+            raise InvalidArgumentError(str(error)) from error
+        return [_to_tensor(out) for out in results]
 
     if _in_xla_context():
         raise ValueError(
