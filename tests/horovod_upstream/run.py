@@ -155,14 +155,84 @@ def judge(test: str, result: str, text: str, entry: dict[str, Any] | None) -> st
 
 def run_file(name: str, args: argparse.Namespace, launcher: Launcher, pytest_args: list[str],
              excluded: dict[str, dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Run one file's tests; when a rank dies in a test (pytest-timeout ends a rank stuck in a
+    collective; a crash), start again after that test, up to --restarts times."""
     reports = out / "reports" / Path(name).stem
     shutil.rmtree(reports, ignore_errors=True)
-    reports.mkdir(parents=True)
     selection = [str(HERE / name)]
     if args.quick:
         cls = re.search(r"^class (\w+)\(", (HERE / name).read_text(), re.M)
         assert cls, name
         selection = [f"{HERE / name}::{cls.group(1)}::{test}" for test in QUICK[name]]
+    started = time.monotonic()
+    collected: list[str] = []
+    tests: list[dict[str, list[dict[str, Any]]]] = [{} for _ in range(args.ranks)]
+    killed: dict[str, str] = {}  # test -> which ranks died in it
+    codes = []
+    for attempt in range(args.restarts + 1):
+        ranks, code = run_once(name, args, launcher, pytest_args, selection,
+                               reports / f"run{attempt}", out)
+        codes.append(code)
+        collected = collected or next((r["collected"] for r in ranks if r["collected"]), [])
+        for mine, rank in zip(tests, ranks):
+            mine.update(rank["tests"])
+        dead = {rank["last_started"] for rank in ranks
+                if not rank["finished"] and rank["last_started"] is not None
+                and not any(r["when"] == "teardown" for r in rank["tests"].get(
+                    rank["last_started"], []))}
+        for test in dead:
+            killed[test] = ", ".join(str(i) for i, rank in enumerate(ranks)
+                                     if rank["last_started"] == test and not rank["finished"])
+        done = {t for t in collected
+                if all(any(r["when"] == "teardown" for r in mine.get(t, [])) for mine in tests)}
+        remaining = [t for t in collected if t not in done and t not in killed]
+        if all(rank["finished"] for rank in ranks) or not remaining or not dead:
+            break
+        print(f"=== {name}: a rank died in {sorted(dead)}; starting again with the "
+              f"{len(remaining)} tests after it", flush=True)
+        selection = [str(HERE / t) for t in remaining]
+    seconds = time.monotonic() - started
+
+    counts: Counter[str] = Counter()
+    problems, excluded_results = [], []
+    for nodeid in collected:
+        test = nodeid.split("/")[-1]
+        per_rank = []
+        for index, mine in enumerate(tests):
+            if nodeid in killed:
+                per_rank.append((index, "not run", f"rank(s) {killed[nodeid]} died in it (the "
+                                 "per-test time limit, or a crash: see the log)"))
+            elif nodeid in mine:
+                per_rank.append((index, *outcome(mine[nodeid])))
+            else:
+                per_rank.append((index, "not run", "never started"))
+        order = ["error", "failed", "not run", "skipped", "passed"]
+        result = min((r for _, r, _ in per_rank), key=order.index)
+        text = "\n".join(f"rank {i}: {t}" for i, r, t in per_rank if r == result and t)
+        entry = excluded.get(test)
+        verdict = judge(test, result, text, entry)
+        record = {"test": test, "outcome": result, "text": text, "short": short(text)}
+        if entry is not None:
+            counts[f"excluded ({entry['category']})"] += 1
+            excluded_results.append({**record, "category": entry["category"],
+                                     "reason": entry["reason"], "as_expected": verdict is None})
+        else:
+            counts[result] += 1
+        if verdict is not None:
+            problems.append({**record, "why": verdict})
+    if not collected:
+        problems.append({"test": name, "outcome": "not run", "why": "collected nothing",
+                         "text": "", "short": f"{launcher.command} exited with {codes}"})
+    print(f"=== {name}: {dict(counts)} in {seconds:.0f} s; {len(problems)} not as required",
+          flush=True)
+    return {"file": name, "seconds": round(seconds, 1), "exit_codes": codes,
+            "counts": dict(counts), "problems": problems, "excluded": excluded_results}
+
+
+def run_once(name: str, args: argparse.Namespace, launcher: Launcher, pytest_args: list[str],
+             selection: list[str], reports: Path, out: Path) -> tuple[list[dict[str, Any]], int]:
+    """One mpirun of pytest on `selection`; every rank's events, and the launcher's code."""
+    reports.mkdir(parents=True)
     command = [*launcher.command_line(args.ranks, args.timeout), sys.executable,
                str(ROOT / "tests" / "mpi_pytest.py"), "-c", str(HERE / "pytest.ini"),
                "--rootdir", str(HERE), "-q", *pytest_args, *selection]
@@ -175,49 +245,11 @@ def run_file(name: str, args: argparse.Namespace, launcher: Launcher, pytest_arg
              *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    print(f"\n=== {name} at {args.ranks} ranks: {' '.join(command)}", flush=True)
-    started = time.monotonic()
+    shown = command if len(selection) < 4 else [*command[:-len(selection)], "<tests>"]
+    print(f"\n=== {name} at {args.ranks} ranks: {' '.join(shown)}", flush=True)
     code = call(command, env, args.timeout + 20)
-    seconds = time.monotonic() - started
-
-    ranks = [read_rank(reports / f"{Path(name).stem}.rank{r}.jsonl") for r in range(args.ranks)]
-    collected = next((r["collected"] for r in ranks if r["collected"]), [])
-    counts: Counter[str] = Counter()
-    problems, excluded_results, results = [], [], {}
-    for nodeid in collected:
-        test = nodeid.split("/")[-1]
-        per_rank = []
-        for index, rank in enumerate(ranks):
-            if nodeid in rank["tests"]:
-                per_rank.append((index, *outcome(rank["tests"][nodeid])))
-            else:
-                stopped = "killed in it" if rank["last_started"] == nodeid else "never started"
-                per_rank.append((index, "not run", f"rank {index}: {stopped}"))
-        order = ["error", "failed", "not run", "skipped", "passed"]
-        result = min((r for _, r, _ in per_rank), key=order.index)
-        text = "\n".join(f"rank {i}: {t}" for i, r, t in per_rank if r == result and t)
-        entry = excluded.get(test)
-        verdict = judge(test, result, text, entry)
-        record = {"test": test, "outcome": result, "text": text, "short": short(text)}
-        results[test] = record
-        if entry is not None:
-            counts[f"excluded ({entry['category']})"] += 1
-            excluded_results.append({**record, "category": entry["category"],
-                                     "reason": entry["reason"], "as_expected": verdict is None})
-        else:
-            counts[result] += 1
-        if verdict is not None:
-            problems.append({**record, "why": verdict})
-    if not collected:
-        problems.append({"test": name, "outcome": "not run", "why": "collected nothing",
-                         "text": "", "short": f"{launcher.command} exited with {code}"})
-    elif code != 0 and not problems and not all(r["finished"] for r in ranks):
-        problems.append({"test": name, "outcome": "error", "why": "a rank did not finish",
-                         "text": "", "short": f"{launcher.command} exited with {code}"})
-    print(f"=== {name}: {dict(counts)} in {seconds:.0f} s; {len(problems)} not as required",
-          flush=True)
-    return {"file": name, "seconds": round(seconds, 1), "exit_code": code, "counts": dict(counts),
-            "problems": problems, "excluded": excluded_results}
+    stem = Path(name).stem
+    return [read_rank(reports / f"{stem}.rank{r}.jsonl") for r in range(args.ranks)], code
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -249,7 +281,9 @@ def main() -> int:
     parser.add_argument("--files", nargs="*", default=FILES, choices=FILES)
     parser.add_argument("--quick", action="store_true", help="only the QUICK slice")
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per file")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per mpirun")
+    parser.add_argument("--restarts", type=int, default=5,
+                        help="times to start again after a test in which a rank died")
     parser.add_argument("--launcher", default=os.environ.get("RINGLET_MPIRUN") or "mpirun")
     parser.add_argument("--exclusions", type=Path, default=HERE / "exclusions.toml")
     parser.add_argument("--deps", type=Path, default=ROOT / "build" / "horovod-upstream" / "deps",
