@@ -40,25 +40,22 @@ CATEGORIES = {
     "gpu": "needs a GPU (ringlet reduces CPU tensors)",
     "removed-api": "uses a TensorFlow 1 or Keras 2 API that TensorFlow 2.21 / Keras 3 removed",
     "deliberate": "ringlet differs from Horovod on purpose (README: Migrating from Horovod)",
+    "stack": "fails on TensorFlow 2.21 / NumPy 2 whatever the backend, for another reason",
 }
-# The quick slice (make test-horovod-tf-quick): every collective's CPU test, its gradient, a
-# grouped and an error case, and process sets; about a minute at 2 ranks.
+# The quick slice (make test-horovod-tf-quick): every collective on CPU, gradients, a grouped
+# and a sparse case, an error case, a Keras model, process sets (the tests that take more than
+# 10 s each left out): about 2 minutes at 2 ranks, a third of it starting the three jobs.
 QUICK = {
     "test_tensorflow.py": [
         "test_horovod_rank", "test_horovod_size", "test_horovod_rank_op", "test_horovod_size_op",
-        "test_horovod_allreduce_cpu", "test_horovod_allreduce_average_cpu",
-        "test_horovod_allreduce_min_cpu", "test_horovod_allreduce_cpu_prescale",
-        "test_horovod_allreduce_indexed_slices_cpu", "test_horovod_allreduce_error",
-        "test_horovod_allreduce_type_error", "test_horovod_allreduce_grad_cpu",
-        "test_horovod_grouped_allreduce_cpu", "test_horovod_grouped_allreduce_grad_cpu",
-        "test_horovod_allgather_variable_size_cpu", "test_horovod_allgather_grad_cpu",
-        "test_horovod_broadcast_cpu", "test_horovod_broadcast_inplace_cpu",
-        "test_horovod_broadcast_rank_error", "test_horovod_broadcast_grad_cpu",
+        "test_horovod_allreduce_cpu", "test_horovod_allreduce_cpu_prescale",
+        "test_horovod_allreduce_indexed_slices_cpu", "test_horovod_allreduce_grad_cpu",
+        "test_horovod_grouped_allreduce_grad_cpu", "test_horovod_allgather_grad_cpu",
+        "test_horovod_broadcast_inplace_cpu", "test_horovod_broadcast_grad_cpu",
         "test_horovod_alltoall_cpu", "test_horovod_alltoall_grad_cpu",
         "test_horovod_alltoall_splits_error", "test_compression_fp16", "test_broadcast_object",
-        "test_allgather_object", "test_horovod_reducescatter_cpu",
-        "test_horovod_reducescatter_grad_cpu", "test_horovod_grouped_allgather_cpu",
-        "test_partial_distributed_gradient_tape", "test_model_parallel_model",
+        "test_allgather_object", "test_horovod_reducescatter_grad_cpu",
+        "test_model_parallel_model",
     ],
     "test_tensorflow_process_sets.py": [
         "test_horovod_size_op_process_set", "test_horovod_allreduce_cpu_process_sets",
