@@ -3,6 +3,7 @@
 #   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks: TEST_SIZES)
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
 #   make test-jax  ringlet.jax at 1 to 4 ranks (make test runs it); make bench-jax against mpi4jax
+#   make test-tf   ringlet.hvd.tensorflow at 2 and 3 ranks (make test runs it)
 # Both are idempotent; the second run only rebuilds what changed.
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
@@ -151,7 +152,7 @@ bench-jax: setup
 		$(JAX_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-jax test-cluster-quick \
+test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
 HOSTS ?= 4
@@ -299,6 +300,13 @@ test-jax: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(JAX_TEST_SIZES) -q \
 		--color=no tests/jax
 
+# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function.
+TF_TEST_SIZES ?= 2 3
+.PHONY: test-tf
+test-tf: setup
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
+		--color=no tests/tensorflow
+
 # The same targets against MPICH (its own stamps, venv and target directory).
 test-mpich:
 	$(MAKE) --no-print-directory MPICH=1 test-python
@@ -386,6 +394,29 @@ test-openmpi5-cluster: $(OMPI5_STAMP)
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
+
+# ---- Horovod's own TensorFlow tests ----
+# Horovod's test files (tests/horovod_upstream, unmodified) against ringlet.hvd.tensorflow through
+# a `horovod` shim, each file as one mpirun -n 2 job of pytest; exits non-zero if a test outside
+# tests/horovod_upstream/exclusions.toml does not pass. Summary: build/horovod-upstream/summary.md.
+# The tests' own requirements (mock, parameterized) go to a directory of their own.
+HVD_UPSTREAM_DEPS := build/horovod-upstream/deps
+HVD_UPSTREAM_ARGS ?=
+
+.PHONY: test-horovod-tf test-horovod-tf-quick
+
+$(HVD_UPSTREAM_DEPS)/.installed: | setup
+	rm -rf $(HVD_UPSTREAM_DEPS)
+	$(VENV)/bin/uv pip install -q --python $(PYTHON) --target $(HVD_UPSTREAM_DEPS) mock parameterized
+	@touch $@
+
+test-horovod-tf: setup $(HVD_UPSTREAM_DEPS)/.installed
+	$(PYTHON) tests/horovod_upstream/run.py --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+		$(HVD_UPSTREAM_ARGS)
+
+test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
+	$(PYTHON) tests/horovod_upstream/run.py --quick --launcher $(MPIRUN) \
+		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
 
 # ---- Keras 3 (ringlet.hvd.keras) ----
 # tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is

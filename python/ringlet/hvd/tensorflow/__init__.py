@@ -14,6 +14,7 @@ itself runs in ringlet's core, in a fresh result buffer: one copy at most, as ea
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -115,18 +116,52 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     as a stateful graph operation, which TensorFlow runs in program order."""
     inputs = [_dense(x) for x in inputs]
     if tf.executing_eagerly():
-        return [_to_tensor(out) for out in compute(*(_host(x) for x in inputs))]
+        try:
+            results = compute(*(_host(x) for x in inputs))
+        except ValueError as error:
+            if isinstance(error, tf.errors.OpError):
+                raise
+            # What a graph's numpy_function makes of a ValueError, eagerly too.
+            raise InvalidArgumentError(str(error)) from error
+        return [_to_tensor(out) for out in results]
+
+    if _in_xla_context():
+        raise ValueError(
+            f"ringlet's collectives cannot run inside an XLA-compiled function ({name} in "
+            "tf.function(jit_compile=True), or a Keras model compiled with jit_compile=True on "
+            "the TensorFlow backend): compile without XLA (jit_compile=False, Keras' default "
+            "on a CPU-only machine)")
 
     def body(*arrays: np.ndarray) -> list[np.ndarray]:
         # TensorFlow's executor threads are named differently on each rank.
         with ringlet.as_caller("tensorflow graph"):
             return compute(*arrays)
 
-    outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
+    graph = tf.compat.v1.get_default_graph()
+    # Inside tf.function, automatic control dependencies keep stateful operations in program
+    # order. A TensorFlow 1 graph has none: there each collective waits for the one built
+    # before it, so that every rank's session runs them in the order every rank built them.
+    previous = None if getattr(graph, "building_function", False) else _last_in_graph.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    if not getattr(graph, "building_function", False):
+        _last_in_graph[graph] = outputs[0].op
     for output, shape in zip(outputs, shapes):
         output.set_shape(shape)
     return list(outputs)
+
+
+_last_in_graph: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""The last collective built in each TensorFlow 1 graph."""
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: XLA says it
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _dense(x: Any) -> tf.Tensor:
@@ -141,7 +176,8 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
                    backward: Callable[[list[tf.Tensor]], list[Any]],
                    inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     """``forward(inputs)``, differentiable through ``backward`` when the inputs are floats."""
-    if not inputs or not all(x.dtype.is_floating for x in inputs):
+    inputs = [_dense(x) for x in inputs]  # a variable's read is what a tape watches
+    if not inputs or not all(x.dtype.is_floating for x in inputs) or not _may_record(inputs):
         return forward(inputs)
 
     @tf.custom_gradient
@@ -158,6 +194,19 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
     return list(collective(*inputs))
 
 
+def _may_record(inputs: list[tf.Tensor]) -> bool:
+    """Whether a gradient tape may need these inputs' gradients: always in a graph (traced
+    once); eagerly only under a tape that watches them (wrapping the call for the tape costs
+    more than the collective itself when none does)."""
+    if not tf.executing_eagerly():
+        return True
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: be safe
+        return True
+    return bool(record.should_record_backprop(inputs))
+
+
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
     out = ringlet.aligned_empty(array.shape, array.dtype)
     np.copyto(out, array)
@@ -172,7 +221,15 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     """One fused allreduce of ``tensors`` (any dtypes), differentiable (the gradient of an
     allreduce is the allreduce of the gradient: same op, same factors)."""
 
+    plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
+
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
+        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES:
+            # One tensor: the synchronous call, into an aligned result (no queue hand-off).
+            out = ringlet.aligned_empty(arrays[0].shape, arrays[0].dtype)
+            ringlet.allreduce(arrays[0], _op_name(None, op), out=out,
+                              process_set=_ringlet_set(process_set))
+            return [out]
         work = [_aligned_copy(a) for a in arrays]
         _api.grouped_allreduce_(work, op=op, prescale_factor=prescale, postscale_factor=postscale,
                                 process_set=process_set, compression=compression)
@@ -220,7 +277,7 @@ def allreduce(tensor: Any, average: Any = None, device_dense: str = "", device_s
     new tensor; a ``tf.IndexedSlices`` is reduced as Horovod does, by allgathering its values
     and indices (Sum and Average only)."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError("Only Sum and Average ops are supported with "
@@ -245,7 +302,7 @@ def grouped_allreduce(tensors: Any, average: Any = None, device_dense: str = "",
     """``allreduce`` of every tensor in one fused operation (ringlet's buckets); new
     tensors in the same order."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
@@ -286,10 +343,34 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
         rows = tf.stack([tf.shape(x, out_type=tf.int32)[0] for x in tensors])
         every = tf.reshape(_gather([rows], process_set, None)[0], [-1, len(tensors)])
         me = _set_rank(process_set)
-        return [tf.split(r, every[:, i], axis=0)[me] if _set_size(process_set) > 1 else r
+        size = _set_size(process_set)
+        return [tf.split(r, every[:, i], num=size, axis=0)[me] if size > 1 else r
                 for i, r in enumerate(reduced)]
 
     return _with_gradient(forward, backward, [_dense(t) for t in tensors])
+
+
+class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
+    """A bad argument: both the ``ValueError`` ringlet raises and the
+    ``tf.errors.InvalidArgumentError`` Horovod's TensorFlow operations raise."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.message,))
+
+
+def _member(process_set: Any) -> Any:
+    """The ringlet set behind ``process_set``, checked now (at the call, or when traced): a
+    rank outside it gets Horovod's InvalidArgumentError, before anything runs."""
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and ringlet.rank() not in chosen.ranks:
+        raise InvalidArgumentError(
+            f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
+            f"{list(chosen.ranks)}); only its members may call its collectives")
+    return chosen
 
 
 def _set_rank(process_set: Any) -> int:
@@ -301,14 +382,14 @@ def allgather(tensor: Any, name: Any = None, ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> Any:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ between ranks, the others and the dtype may not)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     return _gather([tensor], process_set, name)[0]
 
 
 def grouped_allgather(tensors: Any, name: Any = None, ignore_name_scope: bool = False,
                       process_set: Any = global_process_set) -> list[Any]:
     """``allgather`` of each tensor, in one graph operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     return _gather(tensors, process_set, name) if tensors else []
 
@@ -317,7 +398,7 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
               process_set: Any = global_process_set) -> Any:
     """``root_rank``'s ``tensor`` on every rank, as a new tensor; differentiable (the gradient
     goes to the root: the average over ranks of the gradient there, zeros elsewhere)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
 
     def compute(array: np.ndarray) -> list[np.ndarray]:
@@ -334,10 +415,12 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
 
 
 def _check_root(root_rank: Any, process_set: Any) -> int:
-    size = _set_size(process_set)
-    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or not (
-            0 <= int(root_rank) < size):
-        raise ValueError(f"root_rank must be a rank of the process set, 0 to {size - 1}; got "
+    """Horovod's root: a global rank, which must belong to the process set."""
+    chosen = _ringlet_set(process_set)
+    ranks = list(range(ringlet.size())) if chosen is None else list(chosen.ranks)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or (
+            int(root_rank) not in ranks):
+        raise ValueError(f"root_rank must be a rank of the process set {ranks}; got "
                          f"{root_rank!r}")
     return int(root_rank)
 
@@ -345,20 +428,20 @@ def _check_root(root_rank: Any, process_set: Any) -> int:
 def broadcast_(variables: Any, root_rank: int, name: Any = None,
                process_set: Any = global_process_set) -> Any:
     """Broadcast ``variables`` (a variable or a list) from ``root_rank`` in place; returns
-    them (eagerly) or the assignments (in a graph)."""
+    them (eagerly) or their assigned values (in a graph), as Horovod's does."""
     single = isinstance(variables, tf.Variable)
     variables = [variables] if single else list(variables)
     for v in variables:
         if not isinstance(v, tf.Variable):
             raise TypeError(f"broadcast_ assigns to tf.Variable objects; got {type(v).__name__}")
     assigned = _assign_broadcast(variables, root_rank, process_set)
-    return (assigned[0] if single else assigned) if tf.executing_eagerly() else tf.group(*assigned)
+    return assigned[0] if single else assigned
 
 
 def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
                       process_set: Any) -> list[Any]:
     """Every variable's value on ``root_rank`` assigned on every rank, one operation for all."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
     if not variables:
         return []
@@ -415,7 +498,7 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
     op = _check_op(None, op)
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports Sum and Average")
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = [_dense(t) for t in tensors]
     if not tensors:
         return []
@@ -451,25 +534,27 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
 def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scope: bool = False,
              process_set: Any = global_process_set) -> Any:
     """Send ``splits[q]`` rows of ``tensor`` to rank q (equal parts without ``splits``);
-    returns the rows received, in rank order, and the rows received from each rank (int32),
-    as Horovod's does. Differentiable: the gradient is sent back along the rows it came
-    from."""
-    _ringlet_set(process_set)
+    returns the rows received, in rank order, and, when ``splits`` is given, the rows
+    received from each rank (int32), as Horovod's does. Differentiable: the gradient is sent
+    back along the rows it came from."""
+    _member(process_set)
     tensor = _dense(tensor)
     size = _set_size(process_set)
     if splits is None:
         if tensor.shape.rank == 0 or tensor.shape[0] is None:
             splits_tensor = None
         elif tensor.shape[0] % size:
-            raise ValueError(f"alltoall without splits needs the first dimension "
-                             f"({tensor.shape[0]}) divisible by the number of ranks ({size})")
+            raise InvalidArgumentError(
+                f"alltoall without splits needs the first dimension ({tensor.shape[0]}) "
+                f"divisible by the number of ranks ({size})")
         else:
             splits_tensor = tf.fill([size], tensor.shape[0] // size)
     else:
         splits_tensor = tf.reshape(tf.cast(_dense(splits), tf.int32), [-1])
     if splits_tensor is None:
         splits_tensor = tf.fill([size], tf.shape(tensor)[0] // size)
-    return _exchange(tensor, splits_tensor, process_set, name)
+    output, received = _exchange(tensor, splits_tensor, process_set, name)
+    return output if splits is None else (output, received)
 
 
 def _exchange(tensor: tf.Tensor, splits: tf.Tensor, process_set: Any,
@@ -544,7 +629,7 @@ def _sized(process_set_id: int) -> tuple[int, int]:
 
 def barrier(process_set: Any = global_process_set) -> Any:
     """Wait until every rank (of ``process_set``) has called it; in a graph, an operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
 
     def compute() -> list[np.ndarray]:
         _api.barrier(process_set)
@@ -595,6 +680,9 @@ def _reduce_gradients(grads: list[Any], sources: list[Any], compression: Any,
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and (ringlet.rank() not in chosen.ranks or len(chosen.ranks) == 1):
+        return list(grads)  # Horovod's _allreduce_cond: nothing to reduce with
     prescale, postscale = (1.0 / predivide, predivide) if op == Average else (1.0, 1.0)
     reduced: list[Any] = list(grads)
     dense = [i for i, g in enumerate(grads)
@@ -648,6 +736,12 @@ def _check_gradient_options(op: Any, gradient_predivide_factor: float, num_group
     return groups
 
 
+def _key(source: Any) -> Any:
+    """A hashable identity of a variable (TensorFlow's, or Keras 3's, which has no ref())."""
+    ref = getattr(source, "ref", None)
+    return ref() if ref is not None else id(source)
+
+
 class _DistributedGradientTape:
     """The methods a wrapped tape gets (its class stays the original tape's)."""
 
@@ -661,7 +755,7 @@ class _DistributedGradientTape:
     def register_local_source(self, source: Any) -> None:
         """Leave this source's gradient unreduced (scaled by 1/size if
         ``scale_local_gradients``)."""
-        self._local_sources.add(source.ref())
+        self._local_sources.add(_key(source))
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
                  use_generic_names: bool = False) -> Any:
@@ -669,7 +763,7 @@ class _DistributedGradientTape:
         flat_sources = tf.nest.flatten(sources)
         flat = tf.nest.flatten(gradients, expand_composites=False)
         compression, sparse_as_dense, op, predivide, groups, process_set = self._ringlet
-        shared = [i for i, s in enumerate(flat_sources) if s.ref() not in self._local_sources]
+        shared = [i for i, s in enumerate(flat_sources) if _key(s) not in self._local_sources]
         reduced = _reduce_gradients([flat[i] for i in shared], [flat_sources[i] for i in shared],
                                     compression, sparse_as_dense, op, predivide, groups,
                                     process_set)
@@ -680,7 +774,7 @@ class _DistributedGradientTape:
             size = float(_set_size(process_set))
             for i, s in enumerate(flat_sources):
                 g = result[i]
-                if s.ref() in self._local_sources and g is not None:
+                if _key(s) in self._local_sources and g is not None:
                     result[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
                                  if isinstance(g, tf.IndexedSlices) else g / size)
         return tf.nest.pack_sequence_as(sources, result)
@@ -691,7 +785,7 @@ class _DistributedGradientTape:
         gradients = self.gradient(target, sources, output_gradients)
         local, shared = [], []
         for s, g in zip(sources, gradients):
-            (local if s.ref() in self._local_sources else shared).append((s, g))
+            (local if _key(s) in self._local_sources else shared).append((s, g))
         return local, shared
 
 
@@ -797,7 +891,8 @@ def DistributedOptimizer(optimizer: Any, name: Any = None, use_locking: bool = F
 
 _OWN = [
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
-    "Max", "Min", "PartialDistributedGradientTape", "Product", "Sum", "allgather",
+    "InvalidArgumentError", "Max", "Min", "PartialDistributedGradientTape", "Product", "Sum",
+    "allgather",
     "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "broadcast_variables", "global_process_set", "grouped_allgather", "grouped_allreduce",
