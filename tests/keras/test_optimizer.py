@@ -269,3 +269,29 @@ def test_an_embeddings_gradient_is_averaged_sparse_or_dense(comm, rank, size, sp
     expected = table - LR * np.mean(gradients, axis=0)
     np.testing.assert_allclose(weights(model)[0], expected, rtol=1e-5, atol=1e-7)
     assert_same_on_every_rank(comm, weights(model))
+
+
+def test_a_partial_optimizers_local_layers_keep_their_gradients(comm, rank, size):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(3)])
+    local = model.layers[0]
+    with pytest.raises(ValueError, match=r"keras\.layers\.Layer"):
+        hvd.PartialDistributedOptimizer(keras.optimizers.SGD(LR), local_layers=[object()])
+    model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(LR),
+                                                            local_layers=local), loss="mse")
+    before = weights(model)
+    x, y = data(rank)
+    grads_of = {}
+    for r in range(size):  # each rank's gradients, by a single process's Keras on its data
+        twin = keras.models.clone_model(model)
+        twin.set_weights(before)
+        twin.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+        twin.train_on_batch(*data(r))
+        grads_of[r] = [w - a for w, a in zip(before, weights(twin))]
+    model.train_on_batch(x, y)
+    for i, (got, w) in enumerate(zip(weights(model), before)):
+        if i < 2:  # the local layer: this rank's own gradient, divided by the size
+            want = w - LR * grads_of[rank][i] / size
+        else:
+            want = w - LR * np.mean([grads_of[r][i] for r in range(size)], axis=0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

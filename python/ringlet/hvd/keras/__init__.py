@@ -53,7 +53,7 @@ from .._common import (
     global_process_set,
 )
 from . import callbacks
-from ._optimizer import DistributedOptimizer, wrapper_class
+from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer, wrapper_class
 from .callbacks import (
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
@@ -155,6 +155,7 @@ __all__ = [
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",
     "MetricAverageCallback",
+    "PartialDistributedOptimizer",
     "ProcessSet",
     "Sum",
     "add_process_set",
