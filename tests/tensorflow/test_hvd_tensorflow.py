@@ -469,3 +469,14 @@ def test_allreduce_of_a_variable_under_a_tape(rank, size):
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(hvd.allreduce(v, op=hvd.Sum) * 3.0)
     np.testing.assert_allclose(tape.gradient(loss, v).numpy(), [3.0 * size] * 2)
+
+
+def test_broadcast_gradients_in_a_tensorflow_1_graph_run_on_every_rank(rank, size):
+    """Off the root the gradient is zeros, which must still wait for the reduction the root
+    waits in (constant zeros would leave the root alone in it)."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        for root in range(size):
+            t = tf.ones([5]) * rank
+            grad = tf.gradients(hvd.broadcast(t, root), t, tf.ones([5]))[0]
+            np.testing.assert_array_equal(session.run(grad),
+                                          np.full(5, 1.0 if rank == root else 0.0))

@@ -409,7 +409,12 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
 
     def backward(dys: list[tf.Tensor]) -> list[Any]:
         reduced = _reduce(dys, Average, 1.0, 1.0, None, process_set, None)[0]
-        return [reduced if ringlet.rank() == root else tf.zeros_like(reduced)]
+        if ringlet.rank() == root:
+            return [reduced]
+        # The zeros wait for the reduction: in a graph they would not run it otherwise, and
+        # the root's reduction would wait for this rank forever.
+        with tf.control_dependencies([reduced]):
+            return [tf.zeros_like(reduced)]
 
     return _with_gradient(forward, backward, [_dense(tensor)])[0]
 
