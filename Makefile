@@ -4,6 +4,9 @@
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
 #   make test-jax  ringlet.jax at 1 to 4 ranks (make test runs it); make bench-jax against mpi4jax
 #   make test-tf   ringlet.hvd.tensorflow at 2 and 3 ranks (make test runs it)
+#   make test-keras  ringlet.hvd.keras at 2 ranks on each Keras backend (make test runs it)
+#   make test-horovod-tf  Horovod's own TensorFlow tests at 2 ranks (make test: a quick slice)
+#   make bench-tf  against tf.distribute.MultiWorkerMirroredStrategy
 # Both are idempotent; the second run only rebuilds what changed.
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
@@ -152,7 +155,8 @@ bench-jax: setup
 		$(JAX_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-cluster-quick \
+test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras \
+	test-horovod-tf-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
 HOSTS ?= 4
