@@ -429,6 +429,8 @@ def test_bad_arguments_are_refused_before_anything_runs(rank, size):
         hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0)
     with pytest.raises(TypeError, match=r"tf\.Variable"):
         hvd.broadcast_(x, 0)
+    with pytest.raises(TypeError, match=r"ringlet\.hvd\.tensorflow\.keras"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1))
     with pytest.raises(tf.errors.InvalidArgumentError, match="divisible"):
         hvd.alltoall(tf.ones([2 * size + 1]))
     out = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum)

@@ -873,25 +873,23 @@ def DistributedOptimizer(optimizer: Any, name: Any = None, use_locking: bool = F
                          groups: Any = None, process_set: Any = global_process_set,
                          scale_local_gradients: bool = True) -> Any:
     """Wrap a TensorFlow 1 optimizer (``tf.compat.v1.train.Optimizer``) so that its
-    gradients are reduced over the ranks; a Keras optimizer goes to
-    ``ringlet.hvd.keras.DistributedOptimizer``."""
+    gradients are reduced over the ranks. A Keras optimizer is ``ringlet.hvd.keras``'s to wrap
+    (``ringlet.hvd.tensorflow.keras.DistributedOptimizer``): a TypeError says so."""
     groups = _check_gradient_options(op, gradient_predivide_factor, num_groups, groups)
     _ringlet_set(process_set)
-    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        if backward_passes_per_step != 1:
-            raise NotImplementedError("backward_passes_per_step > 1 is supported for Keras "
-                                      "optimizers (ringlet.hvd.keras), not TensorFlow 1's")
-        return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                                     _check_op(None, op), gradient_predivide_factor, groups,
-                                     process_set)
-    from .. import keras as hvd_keras
-
-    return hvd_keras.DistributedOptimizer(
-        optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
-        backward_passes_per_step=backward_passes_per_step, op=op,
-        gradient_predivide_factor=gradient_predivide_factor,
-        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise TypeError(
+            f"hvd.DistributedOptimizer here wraps TensorFlow 1 optimizers "
+            f"(tf.compat.v1.train.Optimizer); got {type(optimizer).__module__}."
+            f"{type(optimizer).__name__}. For a Keras optimizer use "
+            "ringlet.hvd.tensorflow.keras.DistributedOptimizer (or ringlet.hvd.keras's), or "
+            "hvd.DistributedGradientTape in a custom training step")
+    if backward_passes_per_step != 1:
+        raise NotImplementedError("backward_passes_per_step > 1 is supported for Keras "
+                                  "optimizers (ringlet.hvd.keras), not TensorFlow 1's")
+    return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
+                                 _check_op(None, op), gradient_predivide_factor, groups,
+                                 process_set)
 
 
 _OWN = [
