@@ -3,6 +3,7 @@
 #   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks: TEST_SIZES)
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
 #   make test-jax  ringlet.jax at 1 to 4 ranks (make test runs it); make bench-jax against mpi4jax
+#   make test-tf   ringlet.hvd.tensorflow at 1 to 3 ranks (make test runs it)
 # Both are idempotent; the second run only rebuilds what changed.
 #
 # Against MPICH, installed beside the default MPI (README: "Open MPI or MPICH"):
@@ -151,7 +152,7 @@ bench-jax: setup
 		$(JAX_BENCH_ARGS)
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
-test: setup test-rust memcheck lint stubtest test-python test-jax test-cluster-quick \
+test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
 HOSTS ?= 4
@@ -298,6 +299,13 @@ JAX_TEST_SIZES ?= 1 2 3 4
 test-jax: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(JAX_TEST_SIZES) -q \
 		--color=no tests/jax
+
+# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function.
+TF_TEST_SIZES ?= 1 2 3
+.PHONY: test-tf
+test-tf: setup
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
+		--color=no tests/tensorflow
 
 # The same targets against MPICH (its own stamps, venv and target directory).
 test-mpich:

@@ -23,6 +23,7 @@ except NoMpiError as no_mpi:
 
 from . import calibration, selector
 from ._allreduce import allreduce
+from ._arrays import aligned_empty
 from ._collectives import (
     Handle,
     allgather,
@@ -53,6 +54,7 @@ from ._membership import ProcessSet
 from ._process_sets import add_process_set, process_sets, remove_process_set
 from ._runtime import (
     Topology,
+    as_caller,
     init,
     is_initialized,
     mpi_library,
@@ -84,6 +86,7 @@ __all__ = [
     "Topology",
     "add_process_set",
     "algorithms",
+    "aligned_empty",
     "allgather",
     "allgather_async",
     "allgather_object",
@@ -91,6 +94,7 @@ __all__ = [
     "allreduce_async",
     "allreduce_group_async",
     "alltoall",
+    "as_caller",
     "average_gradients",
     "barrier",
     "broadcast",

@@ -3,6 +3,7 @@ the other ranks from waiting for it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -105,3 +106,20 @@ def fill(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if not same_memory(out, x):
         np.copyto(out, x)
     return out
+
+
+FRAMEWORK_ALIGNMENT = 64
+"""The alignment at which JAX and TensorFlow take over host memory without a copy."""
+
+
+def aligned_empty(shape: int | tuple[int, ...], dtype: Any = np.float32, *,
+                  alignment: int = FRAMEWORK_ALIGNMENT) -> np.ndarray:
+    """A fresh C-contiguous array whose data starts at a multiple of ``alignment`` bytes: a
+    result that JAX (``jax.device_put``) and TensorFlow (``tf.numpy_function``'s outputs,
+    DLPack) then use in place instead of copying."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)

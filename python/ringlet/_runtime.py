@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,6 +88,20 @@ def register_thread() -> None:
     if not getattr(_thread_state, "registered", False):
         _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
         _thread_state.registered = True
+
+
+@contextlib.contextmanager
+def as_caller(name: str) -> Iterator[None]:
+    """Count this thread's collectives inside the block as caller ``name``'s in the
+    consistency check, instead of the thread's own (its name). For frameworks that run a
+    program's collectives on pool threads whose names differ between ranks (TensorFlow's graph
+    executor): each rank's collectives under one ``name`` still pair up in order."""
+    _core.set_thread_key(zlib.crc32(f"caller:{name}".encode()))
+    _thread_state.registered = True
+    try:
+        yield
+    finally:
+        _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
 
 
 def init(comm: Any = None) -> None:

@@ -563,7 +563,10 @@ class Horovod:
         chosen = _ringlet_set(process_set)
         op_name = _op_name(average, op)
         backend = backend_for(tensors[0]) if tensors else _NUMPY
-        arrays = [backend.array(t) for t in tensors]
+        originals = [backend.array(t) for t in tensors]
+        # Integer types the core does not reduce travel widened (a copy), wrapping back as
+        # Horovod's own sums of them wrap.
+        arrays = [a.astype(_WIDER[a.dtype]) if a.dtype in _WIDER else a for a in originals]
         scaled = float(prescale) != 1.0 or float(postscale) != 1.0
         integers = [scaled and a.dtype.kind in "iu" for a in arrays]
         # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
@@ -590,9 +593,12 @@ class Horovod:
         post = float(postscale) / (_set_size(process_set) if op_name == "avg" else 1)
 
         def finish() -> Any:
+            nonlocal work
             for w, integer in zip(work, integers):
                 if integer:
                     np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
+            work = [w.astype(o.dtype) if w.dtype != o.dtype else w
+                    for w, o in zip(work, originals)]
             if in_place:
                 for tensor, result in zip(tensors, work):
                     backend.assign(tensor, result)
@@ -875,6 +881,12 @@ class Horovod:
         handles = [self.broadcast_async_(p, root_rank) for _, p in items if p is not None]
         for handle in handles:
             handle.synchronize()
+
+
+_WIDER = {np.dtype(narrow): np.dtype(wide) for narrow, wide in (
+    (np.int8, np.int32), (np.uint8, np.int32), (np.int16, np.int32), (np.uint16, np.int32),
+    (np.uint32, np.int64))}
+"""Integer types reduced in a wider one the core reduces (exactly: the ranks' values fit)."""
 
 
 def _prescaled_integers(array: np.ndarray, prescale: float) -> np.ndarray:

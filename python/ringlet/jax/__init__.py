@@ -24,7 +24,6 @@ at the same call, and the ranks stay in step.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np
 
 from .. import _core, selector
 from .._allreduce import allreduce as _numpy_allreduce
+from .._arrays import aligned_empty
 from .._collectives import _check_root, check_algorithm
 from .._collectives import allgather as _numpy_allgather
 from .._collectives import broadcast as _numpy_broadcast
@@ -115,16 +115,9 @@ def _host(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
 
 
-# JAX takes host memory without a copy when it is aligned to this.
-_JAX_ALIGNMENT = 64
-
-
 def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A fresh array aligned for JAX to take over without a copy."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + _JAX_ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % _JAX_ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return aligned_empty(shape, dtype)
 
 
 def _to_jax(result: np.ndarray) -> jax.Array:
