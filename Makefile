@@ -394,3 +394,15 @@ test-openmpi5-cluster: $(OMPI5_STAMP)
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
+
+# ---- TensorFlow benchmarks ----
+# ringlet.hvd.tensorflow (and ringlet.hvd.keras) against tf.distribute.MultiWorkerMirroredStrategy
+# (RING and AUTO) and against no communication, N = 2: the allreduce of a 36 MiB gradient set
+# and a Keras MLP's training step. The script launches one mpirun job per variant (a process
+# sets TensorFlow's collective implementation once), rounds interleaved; Markdown tables
+# (benchmarks/RESULTS.md, "TensorFlow and Keras"); about 8 minutes on an idle 2-core machine.
+# make bench-tf TF_BENCH_ARGS="--rounds 5 --json tf.json"
+TF_BENCH_ARGS ?=
+.PHONY: bench-tf
+bench-tf: setup
+	$(PYTHON) benchmarks/tf_bench.py --mpirun $(MPIRUN) --markdown $(TF_BENCH_ARGS)

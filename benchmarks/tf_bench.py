@@ -1,7 +1,7 @@
 """ringlet.hvd.tensorflow and ringlet.hvd.keras against tf.distribute.MultiWorkerMirroredStrategy
 (MWMS) at 2 ranks on one machine, and against one process with no communication.
 
-    python benchmarks/tf_bench.py [--rounds 3] [--calls 15] [--steps 20] [--warmup 3]
+    python benchmarks/tf_bench.py [--rounds 3] [--calls 10] [--steps 15] [--warmup 3]
         [--gradient-mib 36] [--widths 1024,2048,2048,1280,512,10] [--batch 32]
         [--mpirun mpirun] [--json FILE] [--markdown]
 
@@ -24,8 +24,11 @@ Measured in every job:
 1. The allreduce (average) of a set of 20 float32 tensors shaped like a convnet's and an MLP's
    gradients, 256 B to 16 MiB, 36 MiB in all (``--gradient-mib`` scales it). Candidates in the
    ringlet job: ``ringlet-graph`` (``hvd.grouped_allreduce(tensors, op=hvd.Average)`` inside a
-   ``tf.function``), ``ringlet-eager`` (the same, eagerly), ``copy`` (``t * 1`` of every tensor
-   inside a ``tf.function``: the floor of a function that writes fresh tensors of that size); in
+   ``tf.function``), ``ringlet-eager`` (the same, eagerly), and to tell where its time goes:
+   ``ringlet-numpy`` (``hvd.grouped_allreduce_`` of 20 aligned NumPy arrays in place: ringlet's
+   own part), ``numpy_function`` (a ``tf.numpy_function`` in a ``tf.function`` that returns its
+   20 inputs: TensorFlow's cost of a Python op), ``copy`` (``t * 1`` of every tensor inside a
+   ``tf.function``: the floor of a function that writes fresh tensors of that size); in
    an MWMS job, ``strategy.run`` of ``get_replica_context().all_reduce("mean", tensors)`` inside
    a ``tf.function`` (what Keras's optimizer calls, with "sum"). Each candidate is called twice
    untimed, then ``--calls`` times, the candidates alternating; a barrier precedes each call, a
@@ -132,8 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = parser.add_argument
     add("--rounds", type=positive_int, default=3, help="jobs of every variant, interleaved")
-    add("--calls", type=positive_int, default=15, help="timed allreduce calls per candidate/job")
-    add("--steps", type=positive_int, default=20, help="timed training steps per path and job")
+    add("--calls", type=positive_int, default=10, help="timed allreduce calls per candidate/job")
+    add("--steps", type=positive_int, default=15, help="timed training steps per path and job")
     add("--warmup", type=positive_int, default=3, help="untimed training steps (tracing)")
     add("--gradient-mib", type=float, default=36.0,
         help="the allreduce's gradient set, in MiB (36: the 20 shapes as listed)")
@@ -251,8 +254,29 @@ class Job:
             def copy():
                 return [t * 1.0 for t in tensors]
 
+            dtypes = [t.dtype for t in tensors]
+
+            @tf.function
+            def round_trip():
+                return tf.numpy_function(lambda *arrays: list(arrays), tensors, dtypes,
+                                         stateful=True)
+
+            # The same collective on NumPy arrays, in place: what the graph op's Python body
+            # calls after copying its inputs (the floor of ringlet's part).
+            import ringlet
+
+            arrays = [ringlet.aligned_empty(t.shape, np.float32) for t in tensors]
+            for array in arrays:
+                array.fill(self.rank + 1)
+
+            def in_place():
+                hvd.grouped_allreduce_(arrays, op=hvd.Average)
+                return arrays
+
             return {"ringlet-graph": graph,
                     "ringlet-eager": lambda: hvd.grouped_allreduce(tensors, op=hvd.Average),
+                    "ringlet-numpy": in_place,
+                    "numpy_function": round_trip,
                     "copy": copy}
         strategy = self.strategy
 
@@ -276,7 +300,8 @@ class Job:
             for _ in range(2):
                 result = call()
             values = [np.asarray(r) for r in result]
-            want = 1.0 if name == "copy" else expected
+            # copy and the numpy_function round trip return their input
+            want = self.rank + 1.0 if name in ("copy", "numpy_function") else expected
             correct[name] = bool(len(values) == len(shapes) and all(
                 v.shape == s and np.all(v == want) for v, s in zip(values, shapes)))
         samples: dict[str, list[float]] = {name: [] for name in candidates}
@@ -584,7 +609,7 @@ def spread(values: list[float], scale: float = 1e3, digits: int = 1) -> str:
     if not values:
         return "-"
     low, high = min(values) * scale, max(values) * scale
-    return f"{low:.{digits}f}–{high:.{digits}f}" if len(values) > 1 else f"{low:.{digits}f}"
+    return f"{low:.{digits}f}-{high:.{digits}f}" if len(values) > 1 else f"{low:.{digits}f}"
 
 
 def table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
@@ -607,6 +632,8 @@ ALLREDUCE_LABELS = {
     "ringlet-eager": "ringlet `grouped_allreduce`, eager",
     "mwms-ring": "MWMS `all_reduce`, RING",
     "mwms-auto": "MWMS `all_reduce`, AUTO",
+    "ringlet-numpy": "ringlet `grouped_allreduce_` on NumPy arrays, in place",
+    "numpy_function": "`tf.numpy_function` returning its inputs, in `tf.function`",
     "copy": "copy (`t * 1` in `tf.function`, no communication)",
 }
 TRAIN_LABELS = {
