@@ -147,6 +147,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--timeout", type=float, default=600, help="seconds a job may take")
     add("--markdown", action="store_true", help="print Markdown tables")
     add("--json", metavar="FILE", help="write every sample and the summary as JSON")
+    add("--profile", action="store_true",
+        help="instead: one ringlet job that times the parts of ringlet's graph op from inside "
+             "(its Python body, the copies of its inputs, ringlet's allreduce), per allreduce "
+             "call and per training step beside the step without communication")
     add("--job", choices=VARIANTS, help=argparse.SUPPRESS)  # a job of the driver, under mpirun
     add("--out", help=argparse.SUPPRESS)  # the job's result file (rank 0 writes it)
     add("--round", type=int, default=0, help=argparse.SUPPRESS)
@@ -359,7 +363,7 @@ class Job:
 
         return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
-    def fit(self, model, data) -> list[float]:
+    def fit(self, model, data, extra: list | None = None) -> list[float]:
         """Step periods of model.fit after the warm-up (this rank's)."""
         import keras
 
@@ -373,7 +377,7 @@ class Job:
                 ends.append(time.perf_counter())
 
         model.fit(data, epochs=1, steps_per_epoch=self.args.warmup + self.args.steps,
-                  callbacks=[Timer()], verbose=0)
+                  callbacks=[Timer(), *(extra or [])], verbose=0)
         periods = np.diff(ends).tolist()
         return periods[self.args.warmup:]
 
@@ -434,7 +438,7 @@ class Job:
         self.compile(model, hvd_keras.DistributedOptimizer(self.sgd()))
         return self.distributed(model)
 
-    def train_ringlet_tape(self):
+    def tape_model(self):
         import keras
 
         hvd, tf = self.hvd, self.tf
@@ -452,7 +456,10 @@ class Job:
 
         model = self.build_model(TapeModel)
         self.compile(model, self.sgd())
-        return self.distributed(model)
+        return model
+
+    def train_ringlet_tape(self):
+        return self.distributed(self.tape_model())
 
     def train_mwms(self):
         import keras
@@ -494,8 +501,102 @@ class Job:
                 "parameters": parameters}
 
 
+    # -- where ringlet's time goes (--profile) --------------------------------------------------
+
+    def profile(self) -> dict[str, Any]:
+        """The graph op's parts, timed from inside: its Python body (ringlet.as_caller, which
+        the body enters first and leaves last), the aligned copies of its inputs and ringlet's
+        grouped_allreduce_ on them. Wrapped here, in this process only; per allreduce call and
+        per training step, medians over the calls (the slowest rank's)."""
+        import contextlib
+
+        import keras
+
+        import ringlet
+        import ringlet.hvd.tensorflow as hvd_tf
+
+        spent = dict.fromkeys(("body", "copies", "allreduce"), 0.0)
+        copy, reduce_, caller = hvd_tf._aligned_copy, hvd_tf._api.grouped_allreduce_, \
+            ringlet.as_caller
+
+        def timed(part: str, function: Callable) -> Callable:
+            def wrapper(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    spent[part] += time.perf_counter() - start
+            return wrapper
+
+        @contextlib.contextmanager
+        def timed_caller(name: str):
+            start = time.perf_counter()
+            with caller(name):
+                yield
+            spent["body"] += time.perf_counter() - start
+
+        hvd_tf._aligned_copy = timed("copies", copy)
+        hvd_tf._api.grouped_allreduce_ = timed("allreduce", reduce_)
+        ringlet.as_caller = timed_caller
+        try:
+            return {"allreduce": self.profile_allreduce(spent),
+                    "train": self.profile_training(spent, keras)}
+        finally:
+            hvd_tf._aligned_copy, ringlet.as_caller = copy, caller
+            del hvd_tf._api.grouped_allreduce_
+
+    def profile_allreduce(self, spent: dict[str, float]) -> dict[str, list[float]]:
+        tf, hvd = self.tf, self.hvd
+        tensors = [tf.fill(shape, float(self.rank + 1))
+                   for shape in gradient_shapes(self.args.gradient_mib)]
+
+        @tf.function
+        def graph():
+            return hvd.grouped_allreduce(tensors, op=hvd.Average)
+
+        parts: dict[str, list[float]] = {k: [] for k in ("call", *spent)}
+        for i in range(2 + self.args.calls):
+            self.comm.Barrier()
+            before = dict(spent)
+            start = time.perf_counter()
+            np.asarray(graph()[0])
+            if i >= 2:
+                parts["call"].append(time.perf_counter() - start)
+                for k in spent:
+                    parts[k].append(spent[k] - before[k])
+        return {k: self.slowest(v) for k, v in parts.items()}
+
+    def profile_training(self, spent: dict[str, float], keras) -> dict[str, list[float]]:
+        snapshots: list[dict[str, float]] = []
+
+        class Snapshot(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                snapshots.append(dict(spent))
+
+        plain = self.build_model()
+        self.compile(plain, self.sgd())
+        parts: dict[str, list[float]] = {"none-x2": self.slowest(self.fit(plain,
+                                                                          self.dataset()))}
+        model = self.tape_model()
+        parts["step"] = self.slowest(self.fit(model, self.dataset(), [Snapshot()]))
+        timed_snapshots = snapshots[self.args.warmup - 1:]
+        for k in spent:
+            parts[k] = self.slowest([b[k] - a[k] for a, b in zip(timed_snapshots,
+                                                                  timed_snapshots[1:])])
+        return parts
+
+
+def run_profile_job(job: Job) -> int:
+    result = job.profile()
+    if job.rank == 0:
+        Path(job.args.out).write_text(json.dumps(result))
+    return 0
+
+
 def run_job(args: argparse.Namespace) -> int:
     job = Job(args)
+    if args.profile:
+        return run_profile_job(job)
     started = time.perf_counter()
     allreduce = job.time_allreduce()
     train = job.time_training()
@@ -531,11 +632,12 @@ def job_meta(job: Job) -> dict[str, Any]:
 # The driver
 
 
-def launch(args: argparse.Namespace, variant: int, round_index: int, out: Path) -> dict:
+def launch(args: argparse.Namespace, variant: str, round_index: int, out: Path) -> dict:
     script = Path(__file__).resolve()
     forwarded = ["--calls", str(args.calls), "--steps", str(args.steps), "--warmup",
                  str(args.warmup), "--gradient-mib", str(args.gradient_mib), "--widths",
-                 ",".join(map(str, args.widths)), "--batch", str(args.batch)]
+                 ",".join(map(str, args.widths)), "--batch", str(args.batch),
+                 *(["--profile"] if args.profile else [])]
     command = [*shlex.split(args.mpirun), "-n", "2", sys.executable, str(script), "--job",
                variant, "--round", str(round_index), "--out", str(out), *forwarded]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
@@ -547,8 +649,43 @@ def launch(args: argparse.Namespace, variant: int, round_index: int, out: Path) 
         raise SystemExit(f"tf_bench: job {variant} (round {round_index + 1}) failed with exit "
                          f"code {job.returncode}:\n{tail}")
     result = json.loads(out.read_text())
-    result["wall_seconds"] = time.perf_counter() - started
+    if not args.profile:
+        result["wall_seconds"] = time.perf_counter() - started
     return result
+
+
+PROFILE_ROWS = (
+    # (key, label)
+    ("call", "whole call / step"),
+    ("none-x2", "the step without communication (both ranks computing)"),
+    ("body", "the op's Python body"),
+    ("copies", "  copies of the inputs into aligned arrays (`_aligned_copy`)"),
+    ("allreduce", "  ringlet's `grouped_allreduce_` on them"),
+)
+
+
+def run_profile_driver(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="tf_bench.") as tmp:
+        out = Path(tmp) / "profile.json"
+        result = launch(args, "ringlet", 0, out)
+    ar, tr = result["allreduce"], result["train"]
+    tr["call"] = tr.pop("step")
+    cells = []
+    for key, label in PROFILE_ROWS:
+        cells.append([label, fmt_ms(median(ar[key])) if key in ar else "-",
+                      fmt_ms(median(tr[key])) if key in tr else "-"])
+    step, alone = median(tr["call"]), median(tr["none-x2"])
+    body = median(tr["body"])
+    cells.append(["the op's cost outside its body (step - no-communication step - body)", "-",
+                  fmt_ms(step - alone - body)])
+    cells.append(["outside the body (call - body)", fmt_ms(median(ar["call"]) - median(ar["body"])),
+                  "-"])
+    print(f"Where ringlet's graph op spends its time: {args.gradient_mib:g} MiB allreduce "
+          f"({args.calls} calls) and the MLP {'-'.join(map(str, args.widths))} step with "
+          f"DistributedGradientTape ({args.steps} steps), ms, medians of the slowest rank:")
+    print()
+    print(table(["part", "allreduce ms", "training step ms"], cells, args.markdown))
+    return 0
 
 
 def round_order(variants: list[str], round_index: int) -> list[str]:
@@ -810,6 +947,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.job:
         return run_job(args)
+    if args.profile:
+        return run_profile_driver(args)
     return run_driver(args)
 
 
