@@ -438,10 +438,17 @@ class Job:
         self.compile(model, hvd_keras.DistributedOptimizer(self.sgd()))
         return self.distributed(model)
 
-    def tape_model(self):
+    def tape_model(self, between: str = "ringlet"):
+        """A train_step with a GradientTape: ``between`` gradient and update, ringlet's
+        DistributedGradientTape, or (--profile) nothing, or a stateful tf.numpy_function that
+        returns the gradients (TensorFlow's cost of a Python op in the step)."""
         import keras
 
         hvd, tf = self.hvd, self.tf
+
+        def round_trip(grads):
+            return tf.numpy_function(lambda *arrays: list(arrays), grads,
+                                     [g.dtype for g in grads], stateful=True)
 
         class TapeModel(keras.Sequential):
             def train_step(self, data):
@@ -449,8 +456,11 @@ class Job:
                 with tf.GradientTape() as tape:
                     y_pred = self(x, training=True)
                     loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
-                tape = hvd.DistributedGradientTape(tape)
+                if between == "ringlet":
+                    tape = hvd.DistributedGradientTape(tape)
                 grads = tape.gradient(loss, self.trainable_variables)
+                if between == "numpy_function":
+                    grads = round_trip(grads)
                 self.optimizer.apply(grads, self.trainable_variables)
                 return self.compute_metrics(x, y, y_pred)
 
@@ -577,6 +587,9 @@ class Job:
         self.compile(plain, self.sgd())
         parts: dict[str, list[float]] = {"none-x2": self.slowest(self.fit(plain,
                                                                           self.dataset()))}
+        for between in ("nothing", "numpy_function"):
+            parts[f"tape+{between}"] = self.slowest(self.fit(self.tape_model(between),
+                                                             self.dataset()))
         model = self.tape_model()
         parts["step"] = self.slowest(self.fit(model, self.dataset(), [Snapshot()]))
         timed_snapshots = snapshots[self.args.warmup - 1:]
@@ -658,6 +671,8 @@ PROFILE_ROWS = (
     # (key, label)
     ("call", "whole call / step"),
     ("none-x2", "the step without communication (both ranks computing)"),
+    ("tape+nothing", "the same train_step with a plain GradientTape, no communication"),
+    ("tape+numpy_function", "  with a stateful `tf.numpy_function` returning the gradients"),
     ("body", "the op's Python body"),
     ("copies", "  copies of the inputs into aligned arrays (`_aligned_copy`)"),
     ("allreduce", "  ringlet's `grouped_allreduce_` on them"),
