@@ -648,3 +648,20 @@ def test_alltoall_with_and_without_splits_and_its_gradient(rank, size):
     (out * weights).sum().backward()
     back, _ = hvd.alltoall(weights, splits=received)
     assert torch.equal(leaf.grad, back)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.uint16,
+                                   torch.uint32])
+@pytest.mark.parametrize("op", ["sum", "min", "max"])
+def test_narrow_integers_are_reduced_widened_and_wrap_as_horovods_sums(rank, size, dtype, op):
+    """The core reduces 32- and 64-bit integers; the narrower ones (and uint32) travel
+    widened and come back in their own dtype, a sum wrapping as it does in that dtype."""
+    values = [np.array([100 + 50 * q, 3, 250 - q], dtype=np.int64) for q in range(size)]
+    mine = torch.from_numpy(values[rank]).to(dtype)
+    got = hvd.allreduce(mine, op={"sum": hvd.Sum, "min": hvd.Min, "max": hvd.Max}[op])
+    stacked = np.stack([torch.from_numpy(v).to(dtype).numpy() for v in values])
+    expected = {"sum": lambda: np.sum(stacked, axis=0, dtype=stacked.dtype),
+                "min": lambda: stacked.min(axis=0), "max": lambda: stacked.max(axis=0)}[op]()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), expected)
+    np.testing.assert_array_equal(mine.numpy(), stacked[rank])  # the input is unchanged

@@ -431,3 +431,14 @@ def test_bad_arguments_are_refused_before_anything_runs(rank, size):
         hvd.broadcast_(x, 0)
     out = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum)
     np.testing.assert_allclose(out.numpy(), [sum(range(size))])
+
+
+def test_an_xla_compiled_function_is_refused_clearly(rank, size):
+    @tf.function(jit_compile=True)
+    def compiled(t):
+        return hvd.allreduce(t)
+
+    with pytest.raises(ValueError, match="XLA"):
+        compiled(tf.constant([1.0]))
+    out = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum)
+    np.testing.assert_allclose(out.numpy(), [sum(range(size))])

@@ -117,6 +117,13 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     if tf.executing_eagerly():
         return [_to_tensor(out) for out in compute(*(_host(x) for x in inputs))]
 
+    if _in_xla_context():
+        raise ValueError(
+            f"ringlet's collectives cannot run inside an XLA-compiled function ({name} in "
+            "tf.function(jit_compile=True), or a Keras model compiled with jit_compile=True on "
+            "the TensorFlow backend): compile without XLA (jit_compile=False, Keras' default "
+            "on a CPU-only machine)")
+
     def body(*arrays: np.ndarray) -> list[np.ndarray]:
         # TensorFlow's executor threads are named differently on each rank.
         with ringlet.as_caller("tensorflow graph"):
@@ -127,6 +134,14 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     for output, shape in zip(outputs, shapes):
         output.set_shape(shape)
     return list(outputs)
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: XLA says it
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _dense(x: Any) -> tf.Tensor:
@@ -141,7 +156,7 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
                    backward: Callable[[list[tf.Tensor]], list[Any]],
                    inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     """``forward(inputs)``, differentiable through ``backward`` when the inputs are floats."""
-    if not inputs or not all(x.dtype.is_floating for x in inputs):
+    if not inputs or not all(x.dtype.is_floating for x in inputs) or not _may_record(inputs):
         return forward(inputs)
 
     @tf.custom_gradient
@@ -158,6 +173,19 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
     return list(collective(*inputs))
 
 
+def _may_record(inputs: list[tf.Tensor]) -> bool:
+    """Whether a gradient tape may need these inputs' gradients: always in a graph (traced
+    once); eagerly only under a tape that watches them (wrapping the call for the tape costs
+    more than the collective itself when none does)."""
+    if not tf.executing_eagerly():
+        return True
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - TensorFlow moved its internals: be safe
+        return True
+    return bool(record.should_record_backprop(inputs))
+
+
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
     out = ringlet.aligned_empty(array.shape, array.dtype)
     np.copyto(out, array)
@@ -172,7 +200,15 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     """One fused allreduce of ``tensors`` (any dtypes), differentiable (the gradient of an
     allreduce is the allreduce of the gradient: same op, same factors)."""
 
+    plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
+
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
+        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES:
+            # One tensor: the synchronous call, into an aligned result (no queue hand-off).
+            out = ringlet.aligned_empty(arrays[0].shape, arrays[0].dtype)
+            ringlet.allreduce(arrays[0], _op_name(None, op), out=out,
+                              process_set=_ringlet_set(process_set))
+            return [out]
         work = [_aligned_copy(a) for a in arrays]
         _api.grouped_allreduce_(work, op=op, prescale_factor=prescale, postscale_factor=postscale,
                                 process_set=process_set, compression=compression)
@@ -220,7 +256,7 @@ def allreduce(tensor: Any, average: Any = None, device_dense: str = "", device_s
     new tensor; a ``tf.IndexedSlices`` is reduced as Horovod does, by allgathering its values
     and indices (Sum and Average only)."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError("Only Sum and Average ops are supported with "
@@ -245,7 +281,7 @@ def grouped_allreduce(tensors: Any, average: Any = None, device_dense: str = "",
     """``allreduce`` of every tensor in one fused operation (ringlet's buckets); new
     tensors in the same order."""
     op = _check_op(average, op)
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
@@ -293,6 +329,17 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
     return _with_gradient(forward, backward, [_dense(t) for t in tensors])
 
 
+def _member(process_set: Any) -> Any:
+    """The ringlet set behind ``process_set``, checked now (at the call, or when traced): a
+    rank outside it gets Horovod's InvalidArgumentError, before anything runs."""
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and ringlet.rank() not in chosen.ranks:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
+            f"{list(chosen.ranks)}); only its members may call its collectives")
+    return chosen
+
+
 def _set_rank(process_set: Any) -> int:
     chosen = _ringlet_set(process_set)
     return ringlet.rank() if chosen is None else int(chosen.rank or 0)
@@ -302,14 +349,14 @@ def allgather(tensor: Any, name: Any = None, ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> Any:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ between ranks, the others and the dtype may not)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     return _gather([tensor], process_set, name)[0]
 
 
 def grouped_allgather(tensors: Any, name: Any = None, ignore_name_scope: bool = False,
                       process_set: Any = global_process_set) -> list[Any]:
     """``allgather`` of each tensor, in one graph operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = list(tensors)
     return _gather(tensors, process_set, name) if tensors else []
 
@@ -318,7 +365,7 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
               process_set: Any = global_process_set) -> Any:
     """``root_rank``'s ``tensor`` on every rank, as a new tensor; differentiable (the gradient
     goes to the root: the average over ranks of the gradient there, zeros elsewhere)."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
 
     def compute(array: np.ndarray) -> list[np.ndarray]:
@@ -335,10 +382,12 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
 
 
 def _check_root(root_rank: Any, process_set: Any) -> int:
-    size = _set_size(process_set)
-    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or not (
-            0 <= int(root_rank) < size):
-        raise ValueError(f"root_rank must be a rank of the process set, 0 to {size - 1}; got "
+    """Horovod's root: a global rank, which must belong to the process set."""
+    chosen = _ringlet_set(process_set)
+    ranks = list(range(ringlet.size())) if chosen is None else list(chosen.ranks)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) or (
+            int(root_rank) not in ranks):
+        raise ValueError(f"root_rank must be a rank of the process set {ranks}; got "
                          f"{root_rank!r}")
     return int(root_rank)
 
@@ -359,7 +408,7 @@ def broadcast_(variables: Any, root_rank: int, name: Any = None,
 def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
                       process_set: Any) -> list[Any]:
     """Every variable's value on ``root_rank`` assigned on every rank, one operation for all."""
-    _ringlet_set(process_set)
+    _member(process_set)
     root = _check_root(root_rank, process_set)
     if not variables:
         return []
@@ -416,7 +465,7 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
     op = _check_op(None, op)
     if op not in (Sum, Average):
         raise ValueError("reducescatter supports Sum and Average")
-    _ringlet_set(process_set)
+    _member(process_set)
     tensors = [_dense(t) for t in tensors]
     if not tensors:
         return []
@@ -455,7 +504,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scop
     returns the rows received, in rank order, and the rows received from each rank (int32),
     as Horovod's does. Differentiable: the gradient is sent back along the rows it came
     from."""
-    _ringlet_set(process_set)
+    _member(process_set)
     tensor = _dense(tensor)
     size = _set_size(process_set)
     if splits is None:
@@ -545,7 +594,7 @@ def _sized(process_set_id: int) -> tuple[int, int]:
 
 def barrier(process_set: Any = global_process_set) -> Any:
     """Wait until every rank (of ``process_set``) has called it; in a graph, an operation."""
-    _ringlet_set(process_set)
+    _member(process_set)
 
     def compute() -> list[np.ndarray]:
         _api.barrier(process_set)
@@ -596,6 +645,9 @@ def _reduce_gradients(grads: list[Any], sources: list[Any], compression: Any,
     if sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
                  for g in grads]
+    chosen = _ringlet_set(process_set)
+    if chosen is not None and (ringlet.rank() not in chosen.ranks or len(chosen.ranks) == 1):
+        return list(grads)  # Horovod's _allreduce_cond: nothing to reduce with
     prescale, postscale = (1.0 / predivide, predivide) if op == Average else (1.0, 1.0)
     reduced: list[Any] = list(grads)
     dense = [i for i, g in enumerate(grads)
