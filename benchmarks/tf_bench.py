@@ -3,7 +3,7 @@
 
     python benchmarks/tf_bench.py [--rounds 3] [--calls 10] [--steps 15] [--warmup 3]
         [--gradient-mib 36] [--widths 1024,2048,2048,1280,512,10] [--batch 32]
-        [--mpirun mpirun] [--json FILE] [--markdown]
+        [--mpirun mpirun] [--json FILE] [--markdown] [--profile]
 
 The script is its own driver: it launches ``mpirun -n 2`` jobs of itself (``--job``), one per
 variant, because a process configures TensorFlow's collective implementation once. A round runs
@@ -54,6 +54,11 @@ Measured in every job:
    Every path starts from the same weights (Keras seed) on the same per-rank batches; checked
    (exit 1 if not): the distributed paths end with equal weights on both ranks, and the driver
    checks that ringlet's and MWMS's weights after training agree to rounding.
+
+``--profile`` instead runs one ringlet job that times the parts of ringlet's graph op from
+inside (its Python body, the copies of its inputs, ringlet's allreduce; wrapped in that process
+only), per allreduce call and per training step, beside the step without communication, with a
+plain GradientTape, and with a numpy_function round trip of the gradients.
 
 Each rank is bound to one core by mpirun (TensorFlow's thread pools follow the affinity). The
 driver prints Markdown tables with --markdown (plain text otherwise) and writes --json.
