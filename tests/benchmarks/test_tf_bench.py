@@ -65,3 +65,19 @@ def test_tf_bench_refuses_bad_options():
     job = subprocess.run([sys.executable, "benchmarks/tf_bench.py", "--variants", "gloo"],
                          cwd=ROOT, text=True, capture_output=True, timeout=120)
     assert job.returncode == 2 and "unknown ['gloo']" in job.stderr
+
+
+def test_tf_bench_profile_times_the_graph_ops_parts():
+    job = subprocess.run(
+        [sys.executable, "benchmarks/tf_bench.py", "--profile", "--calls", "2", "--steps", "2",
+         "--warmup", "1", "--gradient-mib", "1", "--widths", "64,128,10", "--markdown"],
+        cwd=ROOT, text=True, capture_output=True, timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+            for line in job.stdout.splitlines() if line.startswith("| ")}
+    graph, eager, step = zip(*(rows[label] for label in
+                               ("whole call / step", "the op's Python body")))
+    assert all(float(value) > 0 for value in (*graph, step[0], step[1]))
+    assert eager[1] == "-" and float(eager[0]) > 0  # eagerly there is no graph op's body
+    copies = rows["copies of the inputs into aligned arrays (`_aligned_copy`)"]
+    assert all(float(value) > 0 for value in copies)
