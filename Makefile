@@ -395,6 +395,29 @@ test-openmpi5-cluster: $(OMPI5_STAMP)
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
 
+# ---- Horovod's own TensorFlow tests ----
+# Horovod's test files (tests/horovod_upstream, unmodified) against ringlet.hvd.tensorflow through
+# a `horovod` shim, each file as one mpirun -n 2 job of pytest; exits non-zero if a test outside
+# tests/horovod_upstream/exclusions.toml does not pass. Summary: build/horovod-upstream/summary.md.
+# The tests' own requirements (mock, parameterized) go to a directory of their own.
+HVD_UPSTREAM_DEPS := build/horovod-upstream/deps
+HVD_UPSTREAM_ARGS ?=
+
+.PHONY: test-horovod-tf test-horovod-tf-quick
+
+$(HVD_UPSTREAM_DEPS)/.installed: | setup
+	rm -rf $(HVD_UPSTREAM_DEPS)
+	$(VENV)/bin/uv pip install -q --python $(PYTHON) --target $(HVD_UPSTREAM_DEPS) mock parameterized
+	@touch $@
+
+test-horovod-tf: setup $(HVD_UPSTREAM_DEPS)/.installed
+	$(PYTHON) tests/horovod_upstream/run.py --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+		$(HVD_UPSTREAM_ARGS)
+
+test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
+	$(PYTHON) tests/horovod_upstream/run.py --quick --launcher $(MPIRUN) \
+		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
+
 # ---- TensorFlow benchmarks ----
 # ringlet.hvd.tensorflow (and ringlet.hvd.keras) against tf.distribute.MultiWorkerMirroredStrategy
 # (RING and AUTO) and against no communication, N = 2: the allreduce of a 36 MiB gradient set

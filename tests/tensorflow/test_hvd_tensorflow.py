@@ -429,6 +429,8 @@ def test_bad_arguments_are_refused_before_anything_runs(rank, size):
         hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0)
     with pytest.raises(TypeError, match=r"tf\.Variable"):
         hvd.broadcast_(x, 0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible"):
+        hvd.alltoall(tf.ones([2 * size + 1]))
     out = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum)
     np.testing.assert_allclose(out.numpy(), [sum(range(size))])
 
@@ -442,3 +444,28 @@ def test_an_xla_compiled_function_is_refused_clearly(rank, size):
         compiled(tf.constant([1.0]))
     out = hvd.allreduce(tf.constant([float(rank)]), op=hvd.Sum)
     np.testing.assert_allclose(out.numpy(), [sum(range(size))])
+
+
+def test_alltoall_without_splits_returns_the_output_alone(rank, size):
+    x = tf.constant(np.repeat(np.arange(size, dtype=np.float32)[:, None] + 10 * rank, 2, 1))
+    out = hvd.alltoall(x)
+    assert isinstance(out, tf.Tensor)
+    np.testing.assert_array_equal(out.numpy(), np.repeat(
+        np.array([10.0 * q + rank for q in range(size)], np.float32)[:, None], 2, 1))
+
+
+def test_a_tensorflow_1_graph_runs_independent_collectives_in_build_order(rank, size):
+    """A session may run independent operations in any order, differently on each rank:
+    each collective waits for the one built before it."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        built = [hvd.allreduce(tf.ones([3] * d), op=hvd.Sum) for d in (1, 2, 3)]
+        values = session.run(built[::-1])
+    for d, value in zip((3, 2, 1), values):
+        np.testing.assert_array_equal(value, np.full([3] * d, float(size)))
+
+
+def test_allreduce_of_a_variable_under_a_tape(rank, size):
+    v = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(hvd.allreduce(v, op=hvd.Sum) * 3.0)
+    np.testing.assert_allclose(tape.gradient(loss, v).numpy(), [3.0 * size] * 2)

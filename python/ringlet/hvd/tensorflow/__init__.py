@@ -14,6 +14,7 @@ itself runs in ringlet's core, in a fresh result buffer: one copy at most, as ea
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -115,7 +116,14 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
     as a stateful graph operation, which TensorFlow runs in program order."""
     inputs = [_dense(x) for x in inputs]
     if tf.executing_eagerly():
-        return [_to_tensor(out) for out in compute(*(_host(x) for x in inputs))]
+        try:
+            results = compute(*(_host(x) for x in inputs))
+        except ValueError as error:
+            if isinstance(error, tf.errors.OpError):
+                raise
+            # What a graph's numpy_function makes of a ValueError, eagerly too.
+            raise InvalidArgumentError(str(error)) from error
+        return [_to_tensor(out) for out in results]
 
     if _in_xla_context():
         raise ValueError(
@@ -129,11 +137,23 @@ def _run(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
         with ringlet.as_caller("tensorflow graph"):
             return compute(*arrays)
 
-    outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
+    graph = tf.compat.v1.get_default_graph()
+    # Inside tf.function, automatic control dependencies keep stateful operations in program
+    # order. A TensorFlow 1 graph has none: there each collective waits for the one built
+    # before it, so that every rank's session runs them in the order every rank built them.
+    previous = None if getattr(graph, "building_function", False) else _last_in_graph.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    if not getattr(graph, "building_function", False):
+        _last_in_graph[graph] = outputs[0].op
     for output, shape in zip(outputs, shapes):
         output.set_shape(shape)
     return list(outputs)
+
+
+_last_in_graph: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""The last collective built in each TensorFlow 1 graph."""
 
 
 def _in_xla_context() -> bool:
@@ -156,6 +176,7 @@ def _with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
                    backward: Callable[[list[tf.Tensor]], list[Any]],
                    inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     """``forward(inputs)``, differentiable through ``backward`` when the inputs are floats."""
+    inputs = [_dense(x) for x in inputs]  # a variable's read is what a tape watches
     if not inputs or not all(x.dtype.is_floating for x in inputs) or not _may_record(inputs):
         return forward(inputs)
 
@@ -329,13 +350,25 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
     return _with_gradient(forward, backward, [_dense(t) for t in tensors])
 
 
+class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
+    """A bad argument: both the ``ValueError`` ringlet raises and the
+    ``tf.errors.InvalidArgumentError`` Horovod's TensorFlow operations raise."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.message,))
+
+
 def _member(process_set: Any) -> Any:
     """The ringlet set behind ``process_set``, checked now (at the call, or when traced): a
     rank outside it gets Horovod's InvalidArgumentError, before anything runs."""
     chosen = _ringlet_set(process_set)
     if chosen is not None and ringlet.rank() not in chosen.ranks:
-        raise tf.errors.InvalidArgumentError(
-            None, None, f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
+        raise InvalidArgumentError(
+            f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
             f"{list(chosen.ranks)}); only its members may call its collectives")
     return chosen
 
@@ -395,14 +428,14 @@ def _check_root(root_rank: Any, process_set: Any) -> int:
 def broadcast_(variables: Any, root_rank: int, name: Any = None,
                process_set: Any = global_process_set) -> Any:
     """Broadcast ``variables`` (a variable or a list) from ``root_rank`` in place; returns
-    them (eagerly) or the assignments (in a graph)."""
+    them (eagerly) or their assigned values (in a graph), as Horovod's does."""
     single = isinstance(variables, tf.Variable)
     variables = [variables] if single else list(variables)
     for v in variables:
         if not isinstance(v, tf.Variable):
             raise TypeError(f"broadcast_ assigns to tf.Variable objects; got {type(v).__name__}")
     assigned = _assign_broadcast(variables, root_rank, process_set)
-    return (assigned[0] if single else assigned) if tf.executing_eagerly() else tf.group(*assigned)
+    return assigned[0] if single else assigned
 
 
 def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
@@ -501,9 +534,9 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
 def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scope: bool = False,
              process_set: Any = global_process_set) -> Any:
     """Send ``splits[q]`` rows of ``tensor`` to rank q (equal parts without ``splits``);
-    returns the rows received, in rank order, and the rows received from each rank (int32),
-    as Horovod's does. Differentiable: the gradient is sent back along the rows it came
-    from."""
+    returns the rows received, in rank order, and, when ``splits`` is given, the rows
+    received from each rank (int32), as Horovod's does. Differentiable: the gradient is sent
+    back along the rows it came from."""
     _member(process_set)
     tensor = _dense(tensor)
     size = _set_size(process_set)
@@ -511,15 +544,17 @@ def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scop
         if tensor.shape.rank == 0 or tensor.shape[0] is None:
             splits_tensor = None
         elif tensor.shape[0] % size:
-            raise ValueError(f"alltoall without splits needs the first dimension "
-                             f"({tensor.shape[0]}) divisible by the number of ranks ({size})")
+            raise InvalidArgumentError(
+                f"alltoall without splits needs the first dimension ({tensor.shape[0]}) "
+                f"divisible by the number of ranks ({size})")
         else:
             splits_tensor = tf.fill([size], tensor.shape[0] // size)
     else:
         splits_tensor = tf.reshape(tf.cast(_dense(splits), tf.int32), [-1])
     if splits_tensor is None:
         splits_tensor = tf.fill([size], tf.shape(tensor)[0] // size)
-    return _exchange(tensor, splits_tensor, process_set, name)
+    output, received = _exchange(tensor, splits_tensor, process_set, name)
+    return output if splits is None else (output, received)
 
 
 def _exchange(tensor: tf.Tensor, splits: tf.Tensor, process_set: Any,
@@ -856,7 +891,8 @@ def DistributedOptimizer(optimizer: Any, name: Any = None, use_locking: bool = F
 
 _OWN = [
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
-    "Max", "Min", "PartialDistributedGradientTape", "Product", "Sum", "allgather",
+    "InvalidArgumentError", "Max", "Min", "PartialDistributedGradientTape", "Product", "Sum",
+    "allgather",
     "allgather_object", "allreduce", "alltoall", "barrier", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "broadcast_variables", "global_process_set", "grouped_allgather", "grouped_allreduce",

@@ -1,0 +1,1 @@
+"""``horovod.common``: only the modules Horovod's TensorFlow tests import."""

@@ -1,0 +1,1 @@
+"""Only what Horovod's TensorFlow tests import from horovod.runner.common."""

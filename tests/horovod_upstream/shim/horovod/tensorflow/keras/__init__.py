@@ -1,0 +1,9 @@
+"""``horovod.tensorflow.keras``: ringlet.hvd.tensorflow.keras, re-exported whole."""
+
+import ringlet.hvd.tensorflow.keras as _ringlet
+from ringlet.hvd.tensorflow.keras import *  # noqa: F403
+
+
+def __getattr__(name: str):
+    # hvd.callbacks, private helpers, and hvd.elastic's absence: ringlet's own.
+    return getattr(_ringlet, name)
