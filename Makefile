@@ -418,6 +418,19 @@ test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 	$(PYTHON) tests/horovod_upstream/run.py --quick --launcher $(MPIRUN) \
 		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
 
+# ---- Keras 3 (ringlet.hvd.keras) ----
+# tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
+# imported, so each backend is its own mpirun): DistributedOptimizer against NumPy, the
+# callbacks, load_model, and examples/keras_train_digits.py --check.
+KERAS_BACKENDS ?= tensorflow jax torch
+.PHONY: test-keras
+test-keras: setup
+	@for b in $(KERAS_BACKENDS); do \
+		echo "=== KERAS_BACKEND=$$b"; \
+		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
+			--color=no tests/keras || exit 1; \
+	done
+
 # ---- TensorFlow benchmarks ----
 # ringlet.hvd.tensorflow (and ringlet.hvd.keras) against tf.distribute.MultiWorkerMirroredStrategy
 # (RING and AUTO) and against no communication, N = 2: the allreduce of a 36 MiB gradient set
