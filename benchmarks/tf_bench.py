@@ -630,12 +630,11 @@ def run_job(args: argparse.Namespace) -> int:
                   "seconds": time.perf_counter() - started}
         if out is not None:
             out.write_text(json.dumps(result))
-            # The weights after training, for the driver's check between the variants.
-            chosen = next((w for name, w in weights.items()
-                           if w is not None and name in ("ringlet", "ringlet-tape", "mwms")),
-                          None)
-            if chosen is not None:
-                np.savez(out.with_suffix(".npz"), *chosen)
+            # The weights after training of every distributed path, for the driver's check
+            # between the paths and variants: FILE.<path>.npz.
+            for name, values in weights.items():
+                if values is not None:
+                    np.savez(out.with_suffix(f".{name}.npz"), *values)
         else:
             print(json.dumps(result, indent=1))
     return 1 if job.errors else 0
@@ -913,7 +912,7 @@ def run_driver(args: argparse.Namespace) -> int:
     results = []
     orders = []
     with tempfile.TemporaryDirectory(prefix="tf_bench.") as tmp:
-        weight_files: dict[str, list[Path]] = {}
+        weight_files: dict[str, Path] = {}
         for r in range(args.rounds):
             order = round_order(args.variants, r)
             orders.append(order)
@@ -923,11 +922,17 @@ def run_driver(args: argparse.Namespace) -> int:
                       flush=True)
                 result = launch(args, variant, r, out)
                 results.append(result)
-                weight_files.setdefault(variant, []).append(out.with_suffix(".npz"))
+                if r == 0:  # the first round's weights: MWMS's path is named by its job
+                    for path in sorted(Path(tmp).glob(f"{variant}.{r}.*.npz")):
+                        name = path.suffixes[-2].lstrip(".")
+                        weight_files[variant if name == "mwms" else name] = path
                 if result["errors"]:
                     print(f"tf_bench: {variant}: {result['errors']}", file=sys.stderr)
-        # The first round's weights of every variant against the first variant's.
-        differences = compare_weights({v: files[0] for v, files in weight_files.items()})
+        # Every distributed path's weights against ringlet's DistributedGradientTape path's.
+        reference = "ringlet-tape" if "ringlet-tape" in weight_files else next(
+            iter(weight_files), "-")
+        differences = compare_weights({reference: weight_files[reference], **weight_files}
+                                      if reference in weight_files else {})
     allreduce = summarize(results, "allreduce")
     mwms = [v for v in ("mwms-ring", "mwms-auto") if v in allreduce]
     first = results[0]
@@ -954,7 +959,6 @@ def run_driver(args: argparse.Namespace) -> int:
         "job_seconds": [{"variant": r["variant"], "round": r["round"],
                          "wall": r["wall_seconds"], "timed": r["seconds"]} for r in results],
     }
-    reference = args.variants[0]
     summary["checks"] = {
         "reference": reference,
         "weight_difference": differences,
