@@ -436,7 +436,7 @@ test-keras: setup
 # (RING and AUTO) and against no communication, N = 2: the allreduce of a 36 MiB gradient set
 # and a Keras MLP's training step. The script launches one mpirun job per variant (a process
 # sets TensorFlow's collective implementation once), rounds interleaved; Markdown tables
-# (benchmarks/RESULTS.md, "TensorFlow and Keras"); 17 minutes on the busy 2-core VM.
+# (benchmarks/RESULTS.md, "TensorFlow and Keras"); 11-17 minutes on the busy 2-core VM.
 # make bench-tf TF_BENCH_ARGS="--rounds 5 --json tf.json"
 TF_BENCH_ARGS ?=
 .PHONY: bench-tf
