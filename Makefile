@@ -434,3 +434,15 @@ test-keras: setup
 		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
 			--color=no tests/keras || exit 1; \
 	done
+
+# ---- TensorFlow benchmarks ----
+# ringlet.hvd.tensorflow (and ringlet.hvd.keras) against tf.distribute.MultiWorkerMirroredStrategy
+# (RING and AUTO) and against no communication, N = 2: the allreduce of a 36 MiB gradient set
+# and a Keras MLP's training step. The script launches one mpirun job per variant (a process
+# sets TensorFlow's collective implementation once), rounds interleaved; Markdown tables
+# (benchmarks/RESULTS.md, "TensorFlow and Keras"); 11-17 minutes on the busy 2-core VM.
+# make bench-tf TF_BENCH_ARGS="--rounds 5 --json tf.json"
+TF_BENCH_ARGS ?=
+.PHONY: bench-tf
+bench-tf: setup
+	$(PYTHON) benchmarks/tf_bench.py --mpirun $(MPIRUN) --markdown $(TF_BENCH_ARGS)
