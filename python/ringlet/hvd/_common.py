@@ -31,6 +31,8 @@ class ReduceOp(IntEnum):
 Average, Sum, Adasum = ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum
 Min, Max, Product = ReduceOp.Min, ReduceOp.Max, ReduceOp.Product
 _OP_NAMES = {Average: "avg", Sum: "sum", Min: "min", Max: "max", Product: "prod"}
+_OPS = {name: op for op, name in _OP_NAMES.items()}
+"""ringlet's op names back to Horovod's ops."""
 
 HorovodInternalError = ringlet.RingletError
 """What Horovod raises when a collective fails; here it is ringlet's own error."""
@@ -208,6 +210,12 @@ def _ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
 def _set_size(process_set: Any) -> int:
     chosen = _ringlet_set(process_set)
     return ringlet.size() if chosen is None else chosen.size
+
+
+def _set_rank(process_set: Any) -> int:
+    """This rank's index in ``process_set`` (its global rank for the global set)."""
+    chosen = _ringlet_set(process_set)
+    return ringlet.rank() if chosen is None else int(chosen.rank or 0)
 
 
 def _add(process_set: ProcessSet, ranks: Sequence[int]) -> ProcessSet:

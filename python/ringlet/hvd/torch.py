@@ -31,16 +31,15 @@ import ringlet
 from . import *  # noqa: F403 - the same API, now also for torch tensors
 from . import __all__ as _hvd_all
 from ._common import (
+    _OPS,
     Adasum,
     Average,
     Backend,
     Compression,
-    Max,
-    Min,
-    Product,
     Sum,
     _op_name,
     _ringlet_set,
+    _set_rank,
     _set_size,
     global_process_set,
     register_backend,
@@ -148,11 +147,6 @@ def _own_rows(grads: list[torch.Tensor], rows: list[int], process_set: Any) -> l
     me = _set_rank(process_set)
     return [r.narrow(0, sum(other[i] for other in everyone[:me]), n)
             for i, (r, n) in enumerate(zip(reduced, rows))]
-
-
-def _set_rank(process_set: Any) -> int:
-    chosen = _ringlet_set(process_set)
-    return ringlet.rank() if chosen is None else int(chosen.rank or 0)
 
 
 class _Allgather(torch.autograd.Function):
@@ -664,7 +658,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = view
 
 
-_OPS = {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}
 _SHAREABLE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
 """Gradient dtypes that shared_gradients can place in shared memory (NumPy has them)."""
 

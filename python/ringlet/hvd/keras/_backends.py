@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from .._common import Compression, _ringlet_set
+from .._common import _WIRE_NAMES, Compression, _ringlet_set
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -47,7 +47,7 @@ def _wire_dtype(compression: Any) -> str | None:
     are refused (their compress/decompress would run on traced values of any backend)."""
     wire = getattr(compression, "wire_dtype", None)
     if compression in (None, Compression.none, Compression.fp16, Compression.bf16):
-        return None if wire is None else {"fp16": "float16", "bf16": "bfloat16"}[wire]
+        return None if wire is None else _WIRE_NAMES[wire]
     raise NotImplementedError(
         f"ringlet.hvd.keras.DistributedOptimizer takes compression=Compression.none, .fp16 or "
         f".bf16, not {compression!r}"

@@ -27,21 +27,28 @@ except ImportError as exc:  # pragma: no cover - tensorflow is an optional extra
         "ringlet.hvd.tensorflow needs TensorFlow: pip install 'ringlet[tensorflow]'"
     ) from exc
 
+# Two checks TensorFlow has no public API for: whether a tape watches a tensor, whether a graph
+# is compiled by XLA. Read once here, not on every call.
+try:
+    from tensorflow.python.eager import record as _tape_record
+    from tensorflow.python.ops import control_flow_util as _control_flow_util
+except ImportError:  # pragma: no cover - TensorFlow moved its internals: be safe
+    _tape_record = _control_flow_util = None
+
 import ringlet
 
 from .. import *  # noqa: F403 - the process functions and constants, Horovod's names
 from .. import __all__ as _hvd_all
 from .._common import (
     _BUILT_IN_COMPRESSORS,
+    _OPS,
     Average,
     Backend,
     Compression,
-    Max,
-    Min,
-    Product,
     Sum,
     _op_name,
     _ringlet_set,
+    _set_rank,
     _set_size,
     global_process_set,
     register_backend,
@@ -157,11 +164,9 @@ _last_in_graph: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary(
 
 
 def _in_xla_context() -> bool:
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover - TensorFlow moved its internals: XLA says it
+    if _control_flow_util is None:  # pragma: no cover - then XLA's own error says it
         return False
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
 def _dense(x: Any) -> tf.Tensor:
@@ -198,13 +203,9 @@ def _may_record(inputs: list[tf.Tensor]) -> bool:
     """Whether a gradient tape may need these inputs' gradients: always in a graph (traced
     once); eagerly only under a tape that watches them (wrapping the call for the tape costs
     more than the collective itself when none does)."""
-    if not tf.executing_eagerly():
+    if not tf.executing_eagerly() or _tape_record is None:
         return True
-    try:
-        from tensorflow.python.eager import record
-    except ImportError:  # pragma: no cover - TensorFlow moved its internals: be safe
-        return True
-    return bool(record.should_record_backprop(inputs))
+    return bool(_tape_record.should_record_backprop(inputs))
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
@@ -265,8 +266,7 @@ def _compressed_reduce(tensors: list[Any], op: Any, prescale: float, postscale: 
 def _check_op(average: Any, op: Any) -> Any:
     """Horovod's op (the deprecated ``average`` folded in), checked now: at the call or when
     traced, before anything runs."""
-    name = _op_name(average, op)
-    return {"avg": Average, "sum": Sum, "min": Min, "max": Max, "prod": Product}[name]
+    return _OPS[_op_name(average, op)]
 
 
 def allreduce(tensor: Any, average: Any = None, device_dense: str = "", device_sparse: str = "",
@@ -371,11 +371,6 @@ def _member(process_set: Any) -> Any:
             f"rank {ringlet.rank()} is not in process set {chosen.id} (ranks "
             f"{list(chosen.ranks)}); only its members may call its collectives")
     return chosen
-
-
-def _set_rank(process_set: Any) -> int:
-    chosen = _ringlet_set(process_set)
-    return ringlet.rank() if chosen is None else int(chosen.rank or 0)
 
 
 def allgather(tensor: Any, name: Any = None, ignore_name_scope: bool = False,
