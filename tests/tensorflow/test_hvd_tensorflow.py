@@ -107,12 +107,24 @@ def test_a_variable_is_reduced_and_left_unchanged(rank, size):
     np.testing.assert_array_equal(v.numpy(), rank_input(rank))
 
 
-def test_eager_results_are_tensorflows_own_memory_without_a_copy(rank, size):
-    """The result buffer ringlet wrote is the tensor TensorFlow holds (DLPack)."""
+@pytest.mark.parametrize("mode", MODES)
+def test_results_are_the_buffer_ringlet_wrote_without_a_copy(mode, rank, size, monkeypatch):
+    """The aligned buffer the reduction wrote is the memory of the tensor TensorFlow returns:
+    eagerly through DLPack, in a function as tf.numpy_function's output."""
+    written = []
+    allocate = ringlet.aligned_empty
+
+    def recorded(*args, **kwargs):
+        array = allocate(*args, **kwargs)
+        written.append(array.ctypes.data)
+        return array
+
+    monkeypatch.setattr(ringlet, "aligned_empty", recorded)
     x = tf.constant(rank_input(rank, shape=(1 << 16,)))
-    out = hvd.allreduce(x, op=hvd.Sum)
-    assert out._numpy().ctypes.data % 64 == 0
-    assert out._numpy().ctypes.data == out._numpy().ctypes.data
+    out = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum))(x)
+    np.testing.assert_array_equal(out.numpy(), np.sum(all_inputs(size, shape=(1 << 16,)), 0))
+    assert written and out._numpy().ctypes.data == written[-1]
+    assert written[-1] % 64 == 0
 
 
 def test_collectives_in_a_function_run_in_program_order(rank, size):
