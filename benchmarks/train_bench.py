@@ -50,6 +50,7 @@ from torch import nn
 import ringlet
 import ringlet.hvd.torch as hvd
 from ringlet import _core
+from ringlet.hvd import _common as hvd_common
 
 BATCH = 32
 PATHS = ("none", "ringlet", "ddp")
@@ -95,10 +96,11 @@ class Variant:
     wait: tuple[int, int] | None = None  # (spin_us, max_sleep_us); None: the default
     fusion_threshold: str | None = None  # RINGLET_FUSION_THRESHOLD; None: the model's
     shared_gradients: bool = False  # DistributedOptimizer(shared_gradients=True)
+    matching: str = "order"  # ringlet.hvd's RINGLET_HVD_MATCHING: "order" or "name"
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """``spin=1000,sleep=0,buckets=64M,shared=1`` (each optional)."""
+        """``spin=1000,sleep=0,buckets=64M,shared=1,matching=name`` (each optional)."""
         fields = dict(item.split("=", 1) for item in spec.split(",") if item)
         wait = None
         if "spin" in fields or "sleep" in fields:
@@ -109,7 +111,8 @@ class Variant:
             units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
             scale = units.get(buckets[-1].upper(), 1)
             buckets = str(int(buckets.rstrip("KkMmGg")) * scale)
-        return cls(wait, buckets, fields.get("shared", "0") not in ("0", ""))
+        return cls(wait, buckets, fields.get("shared", "0") not in ("0", ""),
+                   fields.get("matching", "order"))
 
 
 @dataclass
@@ -192,12 +195,25 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = old
 
 
+@contextlib.contextmanager
+def _matching(path: Path) -> Iterator[None]:
+    """The path's matching for ringlet.hvd while it runs (name matching's negotiation runs only
+    then, so that it costs the other paths nothing)."""
+    hvd_common.use_matching(path.variant.matching)
+    try:
+        yield
+    finally:
+        hvd_common.use_matching("order")
+
+
 def run_block(path: Path, steps: int, comm: MPI.Comm) -> None:
     default_wait = _core.wait_policy()
     if path.variant.wait is not None:
         _core.wait_policy(*path.variant.wait)
     comm.Barrier()
-    local = np.array([[t[p] for p in MEASURES] for t in (path.step() for _ in range(steps))])
+    with _matching(path):
+        local = np.array([[t[p] for p in MEASURES]
+                          for t in (path.step() for _ in range(steps))])
     # A step takes as long as its slowest rank, and its parts are that rank's (the parts' own
     # maxima would add one rank's compute to another's wait for it).
     every = np.stack(comm.allgather(local))  # (rank, step, measure)
@@ -294,7 +310,8 @@ def main() -> int:
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=SPEC",
         help="another ringlet path, e.g. spinning=spin=1000,sleep=0, one-bucket=buckets=64M or "
-             "shared=shared=1 (gradients in shared memory)")
+             "shared=shared=1 (gradients in shared memory), by-name=matching=name (ringlet.hvd's "
+             "name matching)")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--plot", help="write a bar chart of the step breakdown here (PNG)")
     args = parser.parse_args()
@@ -318,8 +335,9 @@ def main() -> int:
     for model in args.models.split(","):
         paths = build_paths(model, variants)
         for path in paths.values():
-            for _ in range(args.warmup):
-                path.step()
+            with _matching(path):
+                for _ in range(args.warmup):
+                    path.step()
         names = list(paths)
         for round_ in range(args.rounds):
             order = names[round_ % len(names):] + names[:round_ % len(names)]

@@ -1,20 +1,24 @@
 """ringlet.hvd with RINGLET_HVD_MATCHING=name: operations matched across ranks by name, as
 Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
 
-Each test starts name matching afresh (hvd.shutdown(), then hvd.init() with the variable set)
-and ends it, so that the other files of the suite keep order matching. Every result is
+Each test starts name matching afresh (a new negotiation, ``_common.use_matching``, as
+RINGLET_HVD_MATCHING=name makes at ``hvd.init()``) and ends it, so that the other files of the
+suite keep order matching. Every result is
 compared with NumPy's, computed from every rank's input, which each rank rebuilds."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
 
 import ringlet
 import ringlet.hvd as hvd
+import ringlet.hvd.torch as hvd_torch
 from ringlet.hvd import _common
 
 
@@ -24,16 +28,20 @@ def input_of(rank: int, shape: tuple[int, ...], seed: int = 0,
 
 
 @pytest.fixture(autouse=True)
-def name_matching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    hvd.shutdown()
-    monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
+def name_matching() -> Iterator[None]:
     hvd.init()
+    _common.use_matching("name")
     assert _common.matching_by_name()
     yield
-    hvd.shutdown()
-    monkeypatch.delenv("RINGLET_HVD_MATCHING")
-    hvd.init()
+    _common.use_matching("order")
     assert not _common.matching_by_name()
+
+
+def restart_matching(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
+    """A new negotiation that reads ``variable`` = ``value``."""
+    _common.use_matching("order")
+    monkeypatch.setenv(variable, value)
+    _common.use_matching("name")
 
 
 def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
@@ -50,13 +58,9 @@ def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
 def test_results_are_bit_identical_to_order_matching(rank: int, size: int) -> None:
     x = np.random.default_rng([7, rank]).standard_normal(10_001).astype(np.float32)
     by_name = hvd.allreduce(x, name="same", op=hvd.Average)
-    hvd.shutdown()
-    import os
-
-    os.environ["RINGLET_HVD_MATCHING"] = "order"
-    hvd.init()
+    _common.use_matching("order")
     by_order = hvd.allreduce(x, op=hvd.Average)
-    os.environ["RINGLET_HVD_MATCHING"] = "name"
+    _common.use_matching("name")
     assert by_name.tobytes() == by_order.tobytes()
 
 
@@ -161,9 +165,7 @@ def test_many_small_ops_are_fused_and_every_dtype_is_exact(rank: int, size: int)
 
 def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    hvd.shutdown()
-    monkeypatch.setenv("RINGLET_HVD_CACHE_CAPACITY", "3")
-    hvd.init()
+    restart_matching(monkeypatch, "RINGLET_HVD_CACHE_CAPACITY", "3")
     for round_ in range(3):
         names = [f"n{i}" for i in range(6)]
         order = names if (rank + round_) % 2 == 0 else names[::-1]
@@ -179,15 +181,11 @@ def test_the_stall_inspector_names_the_ranks_missing(rank: int, size: int,
                                                      capfd: pytest.CaptureFixture[str]) -> None:
     if size == 1:
         pytest.skip("needs a rank to be missing")
-    hvd.shutdown()
-    monkeypatch.setenv("RINGLET_HVD_STALL_SECONDS", "0.3")
-    hvd.init()
+    restart_matching(monkeypatch, "RINGLET_HVD_STALL_SECONDS", "0.3")
     handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled") if rank == 0 else None
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         hvd.barrier()
-        import time
-
         time.sleep(1.0)
         hvd.barrier()
     if rank != 0:
@@ -205,16 +203,56 @@ def test_shutdown_with_an_op_pending_fails_it_on_every_rank(rank: int, size: int
         pytest.skip("needs a rank that never submits")
     handle = hvd.allreduce_async(np.ones(3, np.float32), name="never") if rank == 0 else None
     hvd.barrier()
-    hvd.shutdown()
+    _common.use_matching("order")  # what hvd.shutdown() does first
+    _common.use_matching("name")
     if handle is not None:
         with pytest.raises(ringlet.RingletError, match="shut down"):
             hvd.synchronize(handle)
 
 
 def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    hvd.shutdown()
     monkeypatch.setenv("RINGLET_HVD_MATCHING", "names")
     with pytest.raises(ValueError, match="RINGLET_HVD_MATCHING='names'; accepted: order or name"):
         hvd.init()
     monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
     hvd.init()
+    assert _common.matching_by_name()
+    with pytest.raises(ValueError, match="matching is 'name' or 'order'"):
+        _common.use_matching("names")
+
+
+def test_distributed_optimizer_steps_as_with_order_matching(rank: int, size: int) -> None:
+    """The torch optimizer's buckets are named: the same weights as order matching's."""
+    def train() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+        optimizer = hvd_torch.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            named_parameters=model.named_parameters())
+        for step in range(3):
+            data = torch.from_numpy(input_of(rank, (4, 6), step)) / 50
+            optimizer.zero_grad()
+            model(data).square().sum().backward()
+            optimizer.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    by_name = train()
+    _common.use_matching("order")
+    by_order = train()
+    _common.use_matching("name")
+    assert all(torch.equal(a, b) for a, b in zip(by_name, by_order))
+    alone = train_without_averaging()  # (one rank's average is its own gradient)
+    assert all(torch.equal(a, b) for a, b in zip(by_name, alone)) == (size == 1)
+
+
+def train_without_averaging() -> list[torch.Tensor]:
+    """The same model trained on this rank's data alone (what averaging must change)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        data = torch.from_numpy(input_of(hvd.rank(), (4, 6), step)) / 50
+        optimizer.zero_grad()
+        model(data).square().sum().backward()
+        optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]

@@ -206,6 +206,20 @@ def matching_by_name() -> bool:
     return _negotiator is not None
 
 
+def use_matching(matching: str) -> None:
+    """Match ``ringlet.hvd``'s operations by "name" or by "order" from now on, whatever
+    RINGLET_HVD_MATCHING says (collective: every rank, between operations). For benchmarks
+    that compare the two in one run."""
+    global _negotiator
+    if matching not in _negotiation.MATCHINGS:
+        raise ValueError(f"matching is 'name' or 'order', got {matching!r}")
+    if matching == "name" and _negotiator is None:
+        _negotiator = _negotiation.Negotiator(_run_fused)
+    elif matching == "order" and _negotiator is not None:
+        _negotiator.stop()
+        _negotiator = None
+
+
 def _ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
     """The ringlet process set a Horovod ``process_set=`` argument names (None: all ranks; with
     name matching, on the negotiation thread: its own communicator of all ranks)."""
@@ -254,7 +268,15 @@ def _collectively(what: str, run: Callable[[], Any], process_set: Any = None) ->
     rank, and both would wait."""
     if _negotiator is None:
         return run()
-    return _named(what, None, lambda: _done(run()), process_set=process_set).synchronize()
+    # It runs on this thread (ringlet's process sets are made on the thread that asks), when
+    # the negotiation reaches it, which then waits until it has run.
+    handle = _named(what, None, lambda: _done(None), process_set=process_set, inline=True)
+    assert isinstance(handle, _Negotiated)
+    try:
+        handle.synchronize()
+        return run()
+    finally:
+        handle.request.resumed.set()
 
 
 def _add(process_set: ProcessSet, ranks: Sequence[int]) -> ProcessSet:
@@ -399,14 +421,15 @@ _unnamed: dict[tuple[str, tuple[int, ...]], int] = {}
 
 def _named(collective: str, name: Any, start: Callable[[], _HandleSet],
            signature: tuple[Any, ...] = (), process_set: Any = None,
-           payload: Any = None, detail: str | None = None) -> _HandleSet:
+           payload: Any = None, detail: str | None = None, inline: bool = False) -> _HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
     flight on this rank: then ValueError (Horovod's words) before anything is sent.
 
     With name matching, the operation is submitted to the negotiation instead, under its name
     (unnamed: Horovod's "<collective>.noname.<n>"): ``signature`` is what every rank must pass
     alike (``detail``: what this rank passed, as an error names it); an allreduce's
-    ``payload`` lets it be fused with others (``start`` is then unused).
+    ``payload`` lets it be fused with others (``start`` is then unused); an ``inline`` one is
+    run by the caller when its turn comes (``_collectively``).
     """
     if name is None and _negotiator is None:
         return start()
@@ -430,7 +453,7 @@ def _named(collective: str, name: Any, start: Callable[[], _HandleSet],
             name = f"{collective}.noname.{count}"
         request = Request(collective, str(name), signature, members,
                           None if payload is not None else start, detail)
-        request.payload = payload
+        request.payload, request.inline = payload, inline
         _negotiator.submit(request)
         handle = _Negotiated(_negotiator, request)
     if key is not None:

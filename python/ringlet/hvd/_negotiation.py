@@ -54,8 +54,10 @@ the 3% the project allows for a default (benchmarks/RESULTS.md, "Name matching")
 
 Key = tuple[str, str, tuple[int, ...]]
 """(collective, name, the process set's ranks)."""
-_FLAGS = 3  # announce, shut down, stall query
-_ANNOUNCE, _SHUTDOWN, _STALL = range(_FLAGS)
+_FLAGS = 4  # announce, shut down, stall query, waiting
+_ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
+_IDLE_AFTER = 0.1
+"""Seconds without anything waiting on any rank before cycles slow to the idle cycle time."""
 _JOIN: tuple[str, str, tuple[Any, ...], tuple[int, ...]] = ("join", "join", (), ())
 _JOIN_KEY: Key = ("join", "join", ())
 """join's key (it involves every rank, whatever they have joined to)."""
@@ -106,6 +108,9 @@ class Request:
         self.start = start
         self.payload: Any = None
         """What the caller needs to run it fused (``ringlet.hvd._common``'s business)."""
+        self.inline = False
+        """Run by the caller itself, in its turn: the negotiation waits for ``resumed``."""
+        self.resumed = threading.Event()
         self.submitted = time.monotonic()
         self.reported = self.submitted
         self.work: Any = None
@@ -137,6 +142,10 @@ class Negotiator:
                                            list[Any]]) -> None:
         self._run_fused = run_fused
         self.cycle_time = _seconds("RINGLET_HVD_CYCLE_TIME", 1.0) / 1000
+        self.idle_cycle_time = _seconds("RINGLET_HVD_IDLE_CYCLE_TIME", 10.0) / 1000
+        self._idle_since: float | None = None
+        """Since when no rank has had anything waiting: after 0.1 s of that, cycles come at
+        the idle cycle time (the first operation after a pause waits for one of them)."""
         self.stall_seconds = _seconds("RINGLET_HVD_STALL_SECONDS", 60.0)
         self.capacity = max(int(_seconds("RINGLET_HVD_CACHE_CAPACITY", 1024)), 1)
         self.rank, self.size = ringlet.rank(), ringlet.size()
@@ -160,6 +169,8 @@ class Negotiator:
         self.failure: BaseException | None = None
         """Why negotiation stopped (every later request raises it)."""
         self.cycles = 0
+        self._started: list[Any] = []
+        """Handles of what it started, not yet seen finished."""
         self._thread = threading.Thread(target=self._loop, name="ringlet.hvd negotiation",
                                         daemon=True)
         self._thread.start()
@@ -174,7 +185,9 @@ class Negotiator:
             cached = self._cache.get(request.key)
             if cached is None or cached[1] != request.signature:
                 self._unannounced.append(request)
-        self._wake.set()
+        # No wake-up: it waits for the next cycle, as Horovod's do. An operation that ran
+        # before its caller's next line would let the same name through twice (Horovod's
+        # duplicate-name tests submit it twice in a row and expect the second to be refused).
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -206,6 +219,8 @@ class Negotiator:
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
+            if ringlet.is_initialized():
+                ringlet.remove_process_set(self.comm)
 
     def is_negotiation_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -214,7 +229,9 @@ class Negotiator:
     def _loop(self) -> None:
         try:
             while True:
-                self._wake.wait(self.cycle_time)
+                idle = self._idle_since is not None and \
+                    time.monotonic() - self._idle_since > _IDLE_AFTER
+                self._wake.wait(self.idle_cycle_time if idle else self.cycle_time)
                 self._wake.clear()
                 if not self._cycle():
                     break
@@ -247,6 +264,7 @@ class Negotiator:
         vector = np.zeros(_FLAGS + len(self._slots), np.int32)
         vector[_ANNOUNCE] = -1 if announcements else 0
         vector[_SHUTDOWN] = -1 if self._shutting_down else 0
+        vector[_WAITING] = -1 if self._local or self._join is not None else 0
         now = time.monotonic()
         vector[_STALL] = -1 if any(now - r.reported > self.stall_seconds
                                    for r in self._local.values()) else 0
@@ -273,6 +291,10 @@ class Negotiator:
         announced = {key for key, _, _ in announcements}
         agreed = ringlet.allreduce(vector, "min", process_set=self.comm)
         self.cycles += 1
+        if agreed[_WAITING] != 0:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = time.monotonic()
         everyone = ringlet.allgather_object(announcements, process_set=self.comm) \
             if agreed[_ANNOUNCE] < 0 else []
         if agreed[_STALL] < 0:
@@ -298,6 +320,7 @@ class Negotiator:
                     ready.append(key)
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
+        self._started = [work for work in self._started if not work.poll()]
         self._execute(responses)
         if everyone_joined:
             self._finish_join()
@@ -372,11 +395,29 @@ class Negotiator:
             if kind == "fail":
                 request.finish(error=ringlet.MismatchError(detail))
                 continue
+            if request.inline:
+                # The caller runs it now, on its own thread, while every rank's negotiation
+                # waits at this same point (so nothing of the negotiation's comes between),
+                # once what the negotiation started has finished (adding a process set while
+                # ringlet's thread runs a collective is not safe in the core).
+                self._drain()
+                request.finish()
+                request.resumed.wait()
+                continue
             try:
                 assert request.start is not None
-                request.finish(work=request.start())
+                work = request.start()
+                self._started.append(work)
+                request.finish(work=work)
             except Exception as exc:  # the caller's synchronize raises it
                 request.finish(error=exc)
+
+    def _drain(self) -> None:
+        """Until every collective this negotiation started has finished."""
+        for work in self._started:
+            while not work.poll():
+                time.sleep(0.0002)
+        self._started.clear()
 
     def _run_group(self, group: list[tuple[Request | None, tuple[Any, ...]]]) -> None:
         requests = [request for request, _ in group]
@@ -387,6 +428,7 @@ class Negotiator:
                 if request is not None:
                     request.finish(error=exc)
             return
+        self._started.extend(handles)
         for request, handle in zip(requests, handles):
             if request is not None:
                 request.finish(work=handle)
