@@ -54,6 +54,7 @@ CATEGORIES = {
     "stack": "fails on TensorFlow 2.21 / NumPy 2 whatever the backend, for another reason",
     "missing": "a feature the README's migration table lists as not supported (named)",
     "timing": "asserts a timing that Horovod's coordinator happens to give, not a result",
+    "rank-count": "its own reference cannot hold at this rank count whatever the backend",
 }
 # The quick slice (make test-horovod-tf-quick): every collective on CPU, gradients, a grouped
 # and a sparse case, an error case, a Keras model, process sets (the tests that take more than
@@ -97,8 +98,9 @@ QUICK = {
 }
 
 
-def load_exclusions(paths: list[Path]) -> dict[str, dict[str, Any]]:
-    """test id (file::Class::name) -> its entry; every entry needs a category and a reason."""
+def load_exclusions(paths: list[Path], size: int) -> dict[str, dict[str, Any]]:
+    """test id (file::Class::name) -> its entry at `size` ranks (an entry with `ranks` applies
+    only at those counts); every entry needs a category and a reason."""
     entries = [(path, entry) for path in paths
                for entry in tomllib.loads(path.read_text()).get("exclude", [])]
     excluded = {}
@@ -108,9 +110,14 @@ def load_exclusions(paths: list[Path]) -> dict[str, dict[str, Any]]:
             sys.exit(f"{path}: entry {entry} needs `test` (or `tests`), a `reason` and a "
                      f"`category` among {sorted(CATEGORIES)}")
         expect = entry.get("expect", "")
-        if not (expect in ("skipped", "passed") or expect.startswith(("failed:", "flaky:"))):
-            sys.exit(f"{path}: {tests[0]}: expect is 'skipped', 'passed', 'failed: REGEX' or "
-                     "'flaky: REGEX'")
+        if not (expect in ("skipped", "passed", "deselected")
+                or expect.startswith(("failed:", "flaky:"))):
+            sys.exit(f"{path}: {tests[0]}: expect is 'skipped', 'passed', 'deselected', "
+                     "'failed: REGEX' or 'flaky: REGEX'")
+        if expect == "deselected" and "ranks" not in entry:
+            sys.exit(f"{path}: {tests[0]}: a deselected test needs `ranks`, where it cannot pass")
+        if "ranks" in entry and size not in entry["ranks"]:
+            continue
         for test in tests:
             if test in excluded:
                 sys.exit(f"{path}: {test} is listed twice")
@@ -195,6 +202,11 @@ def run_file(name: str, args: argparse.Namespace, launcher: Launcher, pytest_arg
         cls = re.search(r"^class (\w+)\(", (HERE / name).read_text(), re.M)
         assert cls, name
         selection = [f"{HERE / name}::{cls.group(1)}::{test}" for test in QUICK[name]]
+    # Tests that cannot pass at this rank count and would leave the ranks out of step are not
+    # run (pytest's --deselect); the summary lists them.
+    deselected = [test for test, entry in excluded.items()
+                  if entry.get("expect") == "deselected" and test.startswith(f"{name}::")]
+    pytest_args = [*pytest_args, *(f"--deselect={test}" for test in deselected)]  # node ids
     started = time.monotonic()
     collected: list[str] = []
     tests: list[dict[str, list[dict[str, Any]]]] = [{} for _ in range(args.ranks)]
@@ -270,6 +282,12 @@ def run_file(name: str, args: argparse.Namespace, launcher: Launcher, pytest_arg
             counts[result] += 1
         if verdict is not None:
             problems.append({**record, "why": verdict})
+    for test in deselected:
+        entry = excluded[test]
+        counts[f"excluded ({entry['category']})"] += 1
+        excluded_results.append({"test": test, "outcome": "deselected", "text": "", "short": "",
+                                 "category": entry["category"], "reason": entry["reason"],
+                                 "as_expected": True})
     if not collected:
         problems.append({"test": name, "outcome": "not run", "why": "collected nothing",
                          "text": "", "short": f"{launcher.command} exited with {codes}"})
@@ -345,7 +363,7 @@ def main() -> int:
     for variable in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
                      "OMPI_MCA_rmaps_base_oversubscribe"):
         os.environ.setdefault(variable, "1")
-    excluded = load_exclusions(args.exclusions)
+    excluded = load_exclusions(args.exclusions, args.ranks)
     launcher = Launcher(args.launcher)
     out = args.summary.parent
     out.mkdir(parents=True, exist_ok=True)
