@@ -68,15 +68,39 @@ def start_build(abi: str, platform: str, work: Path) -> subprocess.Popen[bytes]:
                                 stderr=subprocess.STDOUT)
 
 
+def report_failure(abi: str, work: Path) -> None:
+    """A failed build's compiler errors (each with the lines after it), then its log's end,
+    and the free disk space: a build that fails in a crate that compiles everywhere else
+    has usually run out of room."""
+    lines = (work / f"{abi}.log").read_text(errors="replace").splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error")]
+    sys.stderr.write(f"=== the {abi} build's errors:\n")
+    for i in errors[:10]:
+        sys.stderr.write("\n".join(lines[i:i + 12]) + "\n")
+    sys.stderr.write(f"=== the {abi} build's last lines:\n" + "\n".join(lines[-40:]) + "\n")
+    free = shutil.disk_usage(work)
+    target = shutil.disk_usage(ROOT)
+    sys.stderr.write(f"=== free disk: {free.free / 2**30:.1f} GiB at {work}, "
+                     f"{target.free / 2**30:.1f} GiB at {ROOT}\n")
+
+
 def build_all(platform: str, work: Path) -> dict[str, Path]:
     """Every ABI's wheel, built at once: each build's link-time optimization runs on one core,
-    so two builds take little longer than one."""
+    so two builds take little longer than one. A build that fails is tried once more on its
+    own (the machine's disk and memory are shared with other jobs); its errors are printed
+    either way."""
     builds = {abi: start_build(abi, platform, work) for abi in ABIS}
     failed = [abi for abi, process in builds.items() if process.wait() != 0]
     for abi in failed:
-        sys.stderr.write((work / f"{abi}.log").read_text(errors="replace")[-20000:])
+        report_failure(abi, work)
+        print(f"build_wheel: the {abi} build failed; trying it once more, alone",
+              file=sys.stderr, flush=True)
+    failed = [abi for abi in failed if start_build(abi, platform, work).wait() != 0]
+    for abi in failed:
+        report_failure(abi, work)
     if failed:
-        sys.exit(f"build_wheel: the {' and '.join(failed)} build failed (its output is above)")
+        sys.exit(f"build_wheel: the {' and '.join(failed)} build failed twice (its errors are "
+                 "above)")
     return {abi: next((work / abi).glob("*.whl")) for abi in ABIS}
 
 

@@ -16,6 +16,9 @@ import numpy as np
 
 import ringlet
 
+from . import _negotiation
+from ._negotiation import Request, describe, tensor_signature
+
 
 class ReduceOp(IntEnum):
     """Horovod's reduction operations (``hvd.Average``, ``hvd.Sum``, ``hvd.Min``, ...)."""
@@ -193,9 +196,23 @@ _added: dict[int, ProcessSet] = {}
 """The process sets added since ``init``, by id."""
 
 
+_negotiator: _negotiation.Negotiator | None = None
+"""Name matching's negotiation (RINGLET_HVD_MATCHING=name), once ``init`` has started it."""
+
+
+def matching_by_name() -> bool:
+    """Whether ``ringlet.hvd`` matches operations by name now (RINGLET_HVD_MATCHING=name,
+    after ``init``)."""
+    return _negotiator is not None
+
+
 def _ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
-    """The ringlet process set a Horovod ``process_set=`` argument names (None: all ranks)."""
-    if process_set is None or process_set is global_process_set:
+    """The ringlet process set a Horovod ``process_set=`` argument names (None: all ranks; with
+    name matching, on the negotiation thread: its own communicator of all ranks)."""
+    if process_set is None or process_set is global_process_set or (
+            isinstance(process_set, ProcessSet) and process_set.process_set_id == 0):
+        if _negotiator is not None and _negotiator.is_negotiation_thread():
+            return _negotiator.comm
         return None
     if not isinstance(process_set, ProcessSet):
         raise ValueError(f"process_set must be an hvd.ProcessSet, got {process_set!r}")
@@ -205,6 +222,17 @@ def _ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
         raise ValueError(f"{process_set} has not been added (init(process_sets=...) or "
                          "add_process_set), or has been removed")
     return process_set._set
+
+
+def _members(process_set: Any) -> tuple[int, ...]:
+    """The global ranks of ``process_set`` (ValueError if it is not added)."""
+    chosen = _ringlet_set(process_set)
+    return tuple(range(ringlet.size())) if chosen is None else tuple(chosen.ranks)
+
+
+def _set_named(set_id: int) -> Any:
+    """The Horovod process set with this id (0: the global one)."""
+    return global_process_set if set_id == 0 else _added[set_id]
 
 
 def _set_size(process_set: Any) -> int:
@@ -218,9 +246,20 @@ def _set_rank(process_set: Any) -> int:
     return ringlet.rank() if chosen is None else int(chosen.rank or 0)
 
 
+def _collectively(what: str, run: Callable[[], Any], process_set: Any = None) -> Any:
+    """``run()``, a collective over every rank (of ``process_set``) that is not one of
+    Horovod's (adding a process set, ...). With name matching it runs on the negotiation
+    thread, in its turn: ringlet runs one collective at a time in a process, so a collective
+    of the caller's thread could otherwise meet the negotiation's in another order on another
+    rank, and both would wait."""
+    if _negotiator is None:
+        return run()
+    return _named(what, None, lambda: _done(run()), process_set=process_set).synchronize()
+
+
 def _add(process_set: ProcessSet, ranks: Sequence[int]) -> ProcessSet:
     """Add ``ranks`` as ``process_set`` (collective over all ranks)."""
-    added = ringlet.add_process_set(ranks)
+    added = _collectively("add_process_set", lambda: ringlet.add_process_set(ranks))
     process_set.ranks, process_set._set = list(added.ranks), added
     process_set.process_set_id = added.id
     _added[added.id] = process_set
@@ -323,25 +362,193 @@ class _HandleSet:
     done, wait = poll, synchronize
 
 
-_in_flight: dict[tuple[str, str], _HandleSet] = {}
-"""Named asynchronous operations that have not finished, by (collective, name)."""
+class _Negotiated(_HandleSet):
+    """The handle of an operation matched by name: it finishes once the negotiation has run it
+    (every member submitted it) and its collective has finished."""
+
+    def __init__(self, negotiator: _negotiation.Negotiator, request: Request) -> None:
+        super().__init__(None, lambda: None)
+        self.negotiator, self.request = negotiator, request
+
+    def poll(self) -> bool:
+        request = self.request
+        return self.finished or (request.ran.is_set() and (
+            request.work is None or request.work.poll()))
+
+    def synchronize(self) -> Any:
+        if not self.finished:
+            value = self.negotiator.wait(self.request)
+            work = self.request.work
+            self.result = work.synchronize() if work is not None else value
+            self.finished = True
+        return self.result
+
+    def timing(self) -> tuple[float, float] | None:
+        work = self.request.work
+        return work.timing() if work is not None else None
+
+    done, wait = poll, synchronize
 
 
-def _named(collective: str, name: Any, start: Callable[[], _HandleSet]) -> _HandleSet:
+_in_flight: dict[tuple[str, str, tuple[int, ...]], _HandleSet] = {}
+"""Named asynchronous operations that have not finished, by (collective, name, set's ranks)."""
+_unnamed: dict[tuple[str, tuple[int, ...]], int] = {}
+"""How many unnamed operations of each collective this rank has submitted on each process set
+(name matching)."""
+
+
+def _named(collective: str, name: Any, start: Callable[[], _HandleSet],
+           signature: tuple[Any, ...] = (), process_set: Any = None,
+           payload: Any = None, detail: str | None = None) -> _HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
-    flight on this rank: then ValueError (Horovod's words) before anything is sent."""
-    if name is None:
+    flight on this rank: then ValueError (Horovod's words) before anything is sent.
+
+    With name matching, the operation is submitted to the negotiation instead, under its name
+    (unnamed: Horovod's "<collective>.noname.<n>"): ``signature`` is what every rank must pass
+    alike (``detail``: what this rank passed, as an error names it); an allreduce's
+    ``payload`` lets it be fused with others (``start`` is then unused).
+    """
+    if name is None and _negotiator is None:
         return start()
-    key = (collective, str(name))
-    earlier = _in_flight.get(key)
+    members = _members(process_set)
+    # Names are per process set, as Horovod's (a controller per set).
+    key = None if name is None else (collective, str(name), members)
+    earlier = _in_flight.get(key) if key is not None else None
     if earlier is not None and not earlier.poll():
         raise ValueError(
             f"Requested to {collective} a tensor with the same name as another tensor that is "
             "currently being processed.  If you want to request another tensor, use a "
             "different tensor name.")
-    handle = start()
-    _in_flight[key] = handle
+    if _negotiator is None:
+        handle = start()
+    else:
+        if ringlet.rank() not in members:
+            raise ValueError(f"rank {ringlet.rank()} is not in {process_set}: only its members "
+                             f"may call {collective} on it")
+        if name is None:
+            count = _unnamed[collective, members] = _unnamed.get((collective, members), 0) + 1
+            name = f"{collective}.noname.{count}"
+        request = Request(collective, str(name), signature, members,
+                          None if payload is not None else start, detail)
+        request.payload = payload
+        _negotiator.submit(request)
+        handle = _Negotiated(_negotiator, request)
+    if key is not None:
+        _in_flight[key] = handle
     return handle
+
+
+def _settings(process_set: Any, **settings: Any) -> tuple[tuple[str, Any], ...]:
+    """A signature's settings, with the process set's id."""
+    set_id = getattr(process_set, "process_set_id", None) or 0
+    return (*settings.items(), ("set", set_id))
+
+
+def _dtype_named(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def _run_fused(requests: list[Request | None],
+               signatures: list[tuple[Any, ...]]) -> list[_HandleSet]:
+    """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) on
+    the negotiation thread: this rank's tensors, or zeros where it has joined."""
+    settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
+    process_set = _set_named(settings["set"])
+    compression = {"none": None, "fp16": FP16Compressor, "bf16": BF16Compressor}[
+        settings["compression"]]
+    originals: list[np.ndarray] = []
+    in_place: list[bool] = []
+    spans = []
+    for request, signature in zip(requests, signatures):
+        start = len(originals)
+        if request is None:
+            zeros = [np.zeros(shape, _dtype_named(dtype)) for dtype, shape in signature
+                     if isinstance(shape, tuple)]
+            originals += zeros
+            in_place += [True] * len(zeros)
+        else:
+            _, _, arrays, place, _ = request.payload
+            originals += arrays
+            in_place += [place] * len(arrays)
+        spans.append((start, len(originals)))
+    handle, finish = _reduce_arrays(originals, in_place, settings["op"], compression,
+                                    settings["prescale"], settings["postscale"], process_set)
+    results: list[list[np.ndarray]] = []
+
+    def all_results() -> list[np.ndarray]:
+        if not results:
+            results.append(finish())
+        return results[0]
+
+    handles = []
+    for request, (start, end) in zip(requests, spans):
+        if request is None:
+            handles.append(_HandleSet(handle, lambda: None))
+            continue
+        backend, tensors, _, place, single = request.payload
+
+        def one(backend: Backend = backend, tensors: list[Any] = tensors, place: bool = place,
+                single: bool = single, start: int = start, end: int = end) -> Any:
+            out = _finished(backend, tensors, all_results()[start:end], place)
+            return out[0] if single else out
+
+        handles.append(_HandleSet(handle, one))
+    return handles
+
+
+def _reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
+                   compression: Any, prescale: float, postscale: float,
+                   process_set: Any) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+    """Start allreducing ``originals`` (each in place where asked and possible); returns the
+    handle and a function that, once it has finished, gives the results in the originals'
+    dtypes."""
+    chosen = _ringlet_set(process_set)
+    # Integer types the core does not reduce travel widened (a copy), wrapping back as
+    # Horovod's own sums of them wrap.
+    arrays = [a.astype(_WIDER[a.dtype]) if a.dtype in _WIDER else a for a in originals]
+    scaled = float(prescale) != 1.0 or float(postscale) != 1.0
+    integers = [scaled and a.dtype.kind in "iu" for a in arrays]
+    # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
+    # integers are scaled as Horovod scales them: in float64, truncated back, before the
+    # sum (prescale) and after it (postscale, with avg's 1/N), always on a copy, so that
+    # the tensor is unchanged if the collective fails.
+    work = [_prescaled_integers(a, prescale) if integer
+            else a if place and _reducible_in_place(a)
+            else np.array(a, order="C", copy=True)
+            for a, integer, place in zip(arrays, integers, in_place)]
+    floats = [w for w, integer in zip(work, integers) if not integer]
+    whole = [w for w, integer in zip(work, integers) if integer]
+    parts = [ringlet.allreduce_group_async(
+        floats, op_name, compression=compression, prescale=prescale, postscale=postscale,
+        process_set=chosen)]
+    if whole:
+        parts.append(ringlet.allreduce_group_async(
+            whole, "sum" if op_name == "avg" else op_name, process_set=chosen))
+    handle = ringlet.Handle(parts, lambda: None)
+    post = float(postscale) / (_set_size(process_set) if op_name == "avg" else 1)
+
+    def finish() -> list[np.ndarray]:
+        for w, integer in zip(work, integers):
+            if integer:
+                np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
+        return [w.astype(o.dtype) if w.dtype != o.dtype else w for w, o in zip(work, originals)]
+
+    return handle, finish
+
+
+def _finished(backend: Backend, tensors: Sequence[Any], results: list[np.ndarray],
+              in_place: bool) -> list[Any]:
+    """An allreduce's results as the caller's tensors: written into them (in place), or new."""
+    if in_place:
+        for tensor, result in zip(tensors, results):
+            backend.assign(tensor, result)
+        return list(tensors)
+    return [backend.tensor(r, t) for r, t in zip(results, tensors)]
 
 
 def _done(result: Any) -> _HandleSet:
@@ -383,6 +590,7 @@ class Horovod:
                 "init(comm=[ranks]) is not supported; pass an mpi4py communicator "
                 "(e.g. MPI.COMM_WORLD.Split(...)), or add a process set of those ranks"
             )
+        global _negotiator
         first_init = not ringlet.is_initialized()
         ringlet.init(comm)
         # Install auto's model now, while every rank is here: later, the first "auto" call
@@ -392,22 +600,41 @@ class Horovod:
             for stale in _added.values():
                 stale._invalidate()
             _added.clear()
+            _in_flight.clear()
+            _unnamed.clear()
+        if _negotiation.matching_from_environment() == "name" and (
+                _negotiator is None or first_init or _negotiator.failure is not None):
+            _negotiator = _negotiation.Negotiator(_run_fused)
         if process_sets is None or process_sets == "dynamic":
             return
         sets = list(process_sets)
-        wanted = _sets_to_add(sets)
-        existing = [added.ranks for added in ringlet.process_sets()]
-        repeated = [ranks for i, ranks in enumerate(wanted) if ranks in existing + wanted[:i]]
-        if repeated:
-            raise ValueError(f"Attempted to add duplicate process sets: {repeated} (every rank "
-                             "raises; none was added)")
-        added = {ranks: ringlet.add_process_set(ranks) for ranks in wanted}
-        for ps in sets:
-            chosen = added[tuple(ps.ranks or ())]
-            ps.process_set_id, ps._set = chosen.id, chosen
-            _added[chosen.id] = ps
 
-    shutdown = staticmethod(ringlet.shutdown)
+        def add() -> None:
+            wanted = _sets_to_add(sets)
+            existing = [added.ranks for added in ringlet.process_sets()]
+            repeated = [ranks for i, ranks in enumerate(wanted)
+                        if ranks in existing + wanted[:i]]
+            if repeated:
+                raise ValueError(f"Attempted to add duplicate process sets: {repeated} (every "
+                                 "rank raises; none was added)")
+            added = {ranks: ringlet.add_process_set(ranks) for ranks in wanted}
+            for ps in sets:
+                chosen = added[tuple(ps.ranks or ())]
+                ps.process_set_id, ps._set = chosen.id, chosen
+                _added[chosen.id] = ps
+
+        _collectively("init", add)
+
+    @staticmethod
+    def shutdown() -> None:
+        """Shut ringlet down (name matching's negotiation first: operations that not every
+        rank submitted raise on every rank)."""
+        global _negotiator
+        if _negotiator is not None:
+            _negotiator.stop()
+            _negotiator = None
+        ringlet.shutdown()
+
     is_initialized = staticmethod(ringlet.is_initialized)
     rank = staticmethod(ringlet.rank)
     size = staticmethod(ringlet.size)
@@ -491,13 +718,27 @@ class Horovod:
     @staticmethod
     def barrier(process_set: Any = global_process_set) -> None:
         """Wait until every rank (of ``process_set``) has called it."""
-        ringlet.barrier(_ringlet_set(process_set))
+        if _negotiator is None:
+            ringlet.barrier(_ringlet_set(process_set))
+            return
+        # Matched by name: the negotiation runs it once every member has submitted it, which
+        # is all a barrier needs.
+        set_id = getattr(process_set, "process_set_id", None) or 0
+        _named("barrier", f"barrier.{set_id}", lambda: _done(None), _settings(process_set),
+               process_set).synchronize()
 
     @staticmethod
     def join(device: int = -1) -> int:
         """Until every rank has joined, add zeros to the others' allreduces (Sum and Average;
         Average divides by all ranks); returns the rank that joined last."""
-        return ringlet.join()
+        if _negotiator is None:
+            return ringlet.join()
+        last = _negotiator.join()
+        # Every rank is here, and nothing is waiting: the automatic names start again, the
+        # same on every rank even if some submitted unnamed operations the others did not
+        # (a gather that failed while a rank had joined).
+        _unnamed.clear()
+        return last
 
     # ---- process sets -------------------------------------------------------------------
     @staticmethod
@@ -531,24 +772,33 @@ class Horovod:
         """Send ``splits[q]`` rows of ``tensor`` to rank q (equal parts without ``splits``);
         returns the rows received, in rank order, and, when ``splits`` is given, the rows
         received from each rank (int32), as Horovod does."""
-        chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
-        counts = None if splits is None else [int(s) for s in np.asarray(
-            backend.array(splits) if not isinstance(splits, (list, tuple)) else splits
-        ).reshape(-1)]
-        received, rows = ringlet.alltoall(backend.array(tensor), counts, process_set=chosen)
-        output = backend.tensor(received, tensor)
-        if splits is None:
-            return output
-        return output, backend.tensor(np.array(rows, dtype=np.int32), tensor)
+        array = backend.array(tensor)
+        counts = _alltoall_counts(backend, array, splits, _set_size(process_set))
+
+        def run() -> Any:
+            received, rows = ringlet.alltoall(array, counts, process_set=_ringlet_set(
+                process_set))
+            output = backend.tensor(received, tensor)
+            if splits is None:
+                return output
+            return output, backend.tensor(np.array(rows, dtype=np.int32), tensor)
+
+        if _negotiator is None:
+            return run()
+        signature = tensor_signature([array], leading=False) + _settings(process_set)
+        return _named("alltoall", name, lambda: _done(run()), signature,
+                      process_set).synchronize()
 
     def alltoall_async(self, tensor: Any, splits: Any = None, name: Any = None,
                        process_set: Any = None) -> Any:
         """``alltoall`` behind a handle (run at the call); ``synchronize`` returns the output
         and the received splits, as Horovod's does."""
         ranks = _set_size(process_set)
-        result = self.alltoall(tensor, splits if splits is not None else
-                               [backend_for(tensor).array(tensor).shape[0] // ranks] * ranks,
+        array = backend_for(tensor).array(tensor)
+        _alltoall_counts(backend_for(tensor), array, splits, ranks)
+        rows = array.shape[0]
+        result = self.alltoall(tensor, splits if splits is not None else [rows // ranks] * ranks,
                                name, process_set)
         return _done(result)
 
@@ -568,56 +818,22 @@ class Horovod:
     def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
                        compression: Any, prescale: float, postscale: float,
                        process_set: Any) -> _HandleSet:
-        chosen = _ringlet_set(process_set)
         op_name = _op_name(average, op)
         backend = backend_for(tensors[0]) if tensors else _NUMPY
         originals = [backend.array(t) for t in tensors]
-        # Integer types the core does not reduce travel widened (a copy), wrapping back as
-        # Horovod's own sums of them wrap.
-        arrays = [a.astype(_WIDER[a.dtype]) if a.dtype in _WIDER else a for a in originals]
-        scaled = float(prescale) != 1.0 or float(postscale) != 1.0
-        integers = [scaled and a.dtype.kind in "iu" for a in arrays]
-        # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
-        # integers are scaled as Horovod scales them: in float64, truncated back, before the
-        # sum (prescale) and after it (postscale, with avg's 1/N), always on a copy, so that
-        # the tensor is unchanged if the collective fails.
-        work = [_prescaled_integers(a, prescale) if integer
-                else a if in_place and _reducible_in_place(a)
-                else np.array(a, order="C", copy=True)
-                for a, integer in zip(arrays, integers)]
         if compression is not None and compression not in _BUILT_IN_COMPRESSORS:
             # A user's Compressor: run its compress/decompress around the reduction.
-            return self._custom_compressed(backend, tensors, work, in_place, op_name,
-                                           compression, prescale, postscale, chosen)
-        floats = [w for w, integer in zip(work, integers) if not integer]
-        whole = [w for w, integer in zip(work, integers) if integer]
-        parts = [ringlet.allreduce_group_async(
-            floats, op_name, compression=compression, prescale=prescale, postscale=postscale,
-            process_set=chosen)]
-        if whole:
-            parts.append(ringlet.allreduce_group_async(
-                whole, "sum" if op_name == "avg" else op_name, process_set=chosen))
-        handle = ringlet.Handle(parts, lambda: None)
-        post = float(postscale) / (_set_size(process_set) if op_name == "avg" else 1)
-
-        def finish() -> Any:
-            nonlocal work
-            for w, integer in zip(work, integers):
-                if integer:
-                    np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
-            work = [w.astype(o.dtype) if w.dtype != o.dtype else w
-                    for w, o in zip(work, originals)]
-            if in_place:
-                for tensor, result in zip(tensors, work):
-                    backend.assign(tensor, result)
-                return list(tensors)
-            return [backend.tensor(r, t) for r, t in zip(work, tensors)]
-
-        return _HandleSet(handle, finish)
+            return self._custom_compressed(backend, tensors, originals, in_place, op_name,
+                                           compression, prescale, postscale, process_set)
+        handle, finish = _reduce_arrays(originals, [in_place] * len(originals), op_name,
+                                        compression, prescale, postscale, process_set)
+        return _HandleSet(handle, lambda: _finished(backend, tensors, finish(), in_place))
 
     @staticmethod
-    def _custom_compressed(backend, tensors, work, in_place, op_name, compression, prescale,
-                           postscale, chosen) -> _HandleSet:
+    def _custom_compressed(backend, tensors, originals, in_place, op_name, compression,
+                           prescale, postscale, process_set) -> _HandleSet:
+        chosen = _ringlet_set(process_set)
+        work = [np.array(a, order="C", copy=True) for a in originals]
         compressed = [compression.compress(backend.tensor(w, t)) for w, t in zip(work, tensors)]
         wire = [np.array(backend.array(c), order="C", copy=True) for c, _ in compressed]
         handle = ringlet.allreduce_group_async(wire, op_name, prescale=prescale,
@@ -634,27 +850,46 @@ class Horovod:
 
         return _HandleSet(handle, finish)
 
+    def _allreduce(self, tensors: Sequence[Any], in_place: bool, single: bool, name: Any,
+                   average: Any, op: Any, compression: Any, prescale: float, postscale: float,
+                   process_set: Any) -> _HandleSet:
+        """Every allreduce entry point: matched by order (run now) or by name (submitted)."""
+        tensors = list(tensors)
+
+        def start() -> _HandleSet:
+            handle = self._grouped_async(tensors, in_place, average, op, compression, prescale,
+                                         postscale, process_set)
+            return _HandleSet(handle, lambda: handle.synchronize()[0]) if single else handle
+
+        if _negotiator is None:
+            return _named("allreduce", name, start)
+        op_name = _op_name(average, op)
+        _ringlet_set(process_set)
+        backend = backend_for(tensors[0]) if tensors else _NUMPY
+        arrays = [backend.array(t) for t in tensors]
+        custom = compression is not None and compression not in _BUILT_IN_COMPRESSORS
+        wire = {None: "none", NoneCompressor: "none", FP16Compressor: "fp16",
+                BF16Compressor: "bf16"}.get(compression, getattr(compression, "__name__", "?"))
+        signature = tensor_signature(arrays) + _settings(
+            process_set, op=op_name,
+            prescale=float(prescale), postscale=float(postscale), compression=wire,
+            fusable=not custom)
+        return _named("allreduce", name, start, signature, process_set,
+                      None if custom else (backend, tensors, arrays, in_place, single))
+
     def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                         process_set: Any = None, compression: Any = None) -> _HandleSet:
         """Start an allreduce of ``tensor`` into a new tensor; ``synchronize`` returns it."""
-        def start() -> _HandleSet:
-            handle = self._grouped_async([tensor], False, average, op, compression,
-                                         prescale_factor, postscale_factor, process_set)
-            return _HandleSet(handle, lambda: handle.synchronize()[0])
-
-        return _named("allreduce", name, start)
+        return self._allreduce([tensor], False, True, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set)
 
     def allreduce_async_(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                          process_set: Any = None, compression: Any = None) -> _HandleSet:
         """Start an in-place allreduce of ``tensor``; ``synchronize`` returns the tensor."""
-        def start() -> _HandleSet:
-            handle = self._grouped_async([tensor], True, average, op, compression,
-                                         prescale_factor, postscale_factor, process_set)
-            return _HandleSet(handle, lambda: handle.synchronize()[0])
-
-        return _named("allreduce", name, start)
+        return self._allreduce([tensor], True, True, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set)
 
     def allreduce(self, tensor: Any, average: Any = None, name: Any = None,
                   compression: Any = Compression.none, op: Any = None,
@@ -677,9 +912,8 @@ class Horovod:
                                 compression: Any = None) -> _HandleSet:
         """Start allreducing several tensors in one fused operation; returns a handle
         whose ``synchronize()`` gives new tensors."""
-        return _named("allreduce", name, lambda: self._grouped_async(
-            tensors, False, average, op, compression, prescale_factor, postscale_factor,
-            process_set))
+        return self._allreduce(tensors, False, False, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set)
 
     def grouped_allreduce_async_(self, tensors: Sequence[Any], average: Any = None,
                                  name: Any = None, op: Any = None, prescale_factor: float = 1.0,
@@ -687,9 +921,8 @@ class Horovod:
                                  compression: Any = None) -> _HandleSet:
         """Start allreducing several tensors in place, in one fused operation; returns a
         handle."""
-        return _named("allreduce", name, lambda: self._grouped_async(
-            tensors, True, average, op, compression, prescale_factor, postscale_factor,
-            process_set))
+        return self._allreduce(tensors, True, False, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set)
 
     def grouped_allreduce(self, tensors: Sequence[Any], average: Any = None, name: Any = None,
                           compression: Any = Compression.none, op: Any = None,
@@ -727,6 +960,8 @@ class Horovod:
     def allgather(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
         """Concatenate every rank's ``tensor`` along the first dimension (which may differ
         between ranks; the other dimensions and the dtype must not)."""
+        if _negotiator is not None:
+            return self.allgather_async(tensor, name, process_set).synchronize()
         chosen = _ringlet_set(process_set)
         backend = backend_for(tensor)
         return backend.tensor(ringlet.allgather(backend.array(tensor), process_set=chosen),
@@ -740,7 +975,10 @@ class Horovod:
 
     def allgather_async(self, tensor: Any, name: Any = None, process_set: Any = None) -> Any:
         """``allgather`` in ringlet's background thread; ``synchronize`` returns the result."""
-        return _named("allgather", name, lambda: self._allgather_handle(tensor, process_set))
+        array = backend_for(tensor).array(tensor)
+        return _named("allgather", name, lambda: self._allgather_handle(tensor, process_set),
+                      tensor_signature([array], leading=False) + _settings(process_set),
+                      process_set, detail=describe(tensor_signature([array])))
 
     def grouped_allgather(self, tensors: Sequence[Any], name: Any = None,
                           process_set: Any = None) -> list[Any]:
@@ -756,11 +994,18 @@ class Horovod:
             return _HandleSet(ringlet.Handle(handles, lambda: None),
                               lambda: [h.synchronize() for h in handles])
 
-        return _named("allgather", name, start)
+        arrays = [backend_for(t).array(t) for t in tensors]
+        return _named("allgather", name, start,
+                      tensor_signature(arrays, leading=False) + _settings(process_set),
+                      process_set, detail=describe(tensor_signature(arrays)))
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
-        return ringlet.allgather_object(obj, process_set=_ringlet_set(process_set))
+        if _negotiator is None:
+            return ringlet.allgather_object(obj, process_set=_ringlet_set(process_set))
+        return _named("allgather_object", name, lambda: _done(ringlet.allgather_object(
+            obj, process_set=_ringlet_set(process_set))), _settings(process_set),
+            process_set).synchronize()
 
     def _reducescatter_handle(self, tensor: Any, op: Any, process_set: Any,
                               prescale_factor: float, postscale_factor: float) -> _HandleSet:
@@ -800,6 +1045,9 @@ class Horovod:
                       postscale_factor: float = 1.0) -> Any:
         """Reduce ``tensor`` over all ranks and return this rank's slice of the first dimension
         (the first ``dim0 % size`` ranks get one row more)."""
+        if _negotiator is not None:
+            return self.reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                            postscale_factor).synchronize()
         return self._reducescatter_handle(tensor, op, process_set, prescale_factor,
                                           postscale_factor).synchronize()
 
@@ -808,7 +1056,20 @@ class Horovod:
                             postscale_factor: float = 1.0) -> Any:
         """``reducescatter`` in ringlet's background thread; ``synchronize`` returns it."""
         return _named("reducescatter", name, lambda: self._reducescatter_handle(
-            tensor, op, process_set, prescale_factor, postscale_factor))
+            tensor, op, process_set, prescale_factor, postscale_factor),
+            self._reducescatter_signature([tensor], op, process_set, prescale_factor,
+                                          postscale_factor), process_set)
+
+    @staticmethod
+    def _reducescatter_signature(tensors: Sequence[Any], op: Any, process_set: Any,
+                                 prescale: float, postscale: float) -> tuple[Any, ...]:
+        """What every member must pass alike (checking the op here, on the caller's thread)."""
+        op_name = _op_name(None, op)
+        if op_name not in ("sum", "avg"):
+            raise ValueError("reducescatter supports Sum and Average")
+        arrays = [backend_for(t).array(t) for t in tensors]
+        return tensor_signature(arrays) + _settings(
+            process_set, op=op_name, prescale=float(prescale), postscale=float(postscale))
 
     def grouped_reducescatter(self, tensors: Sequence[Any], name: Any = None, op: Any = Average,
                               process_set: Any = None, prescale_factor: float = 1.0,
@@ -829,14 +1090,15 @@ class Horovod:
             return _HandleSet(ringlet.Handle(handles, lambda: None),
                               lambda: [h.synchronize() for h in handles])
 
-        return _named("reducescatter", name, start)
+        return _named("reducescatter", name, start, self._reducescatter_signature(
+            tensors, op, process_set, prescale_factor, postscale_factor), process_set)
 
     # ---- broadcast ----------------------------------------------------------------------
     def broadcast_async_(self, tensor: Any, root_rank: int, name: Any = None,
                          process_set: Any = None) -> _HandleSet:
         """Start broadcasting ``tensor`` from ``root_rank`` into itself on every rank;
         returns a handle."""
-        chosen = _ringlet_set(process_set)
+        _ringlet_set(process_set)
         backend = backend_for(tensor)
         array = backend.array(tensor)
         work = array if _reducible_in_place(array) else np.array(array, order="C", copy=True)
@@ -846,21 +1108,29 @@ class Horovod:
             return tensor
 
         return _named("broadcast", name, lambda: _HandleSet(
-            ringlet.broadcast_async(work, root_rank, out=work, process_set=chosen), finish))
+            ringlet.broadcast_async(work, root_rank, out=work,
+                                    process_set=_ringlet_set(process_set)), finish),
+            self._broadcast_signature(array, root_rank, process_set), process_set)
 
     def broadcast_async(self, tensor: Any, root_rank: int, name: Any = None,
                         process_set: Any = None) -> _HandleSet:
         """Start broadcasting ``tensor`` from ``root_rank``; returns a handle whose
         ``synchronize()`` gives a new tensor on every rank."""
-        chosen = _ringlet_set(process_set)
+        _ringlet_set(process_set)
         backend = backend_for(tensor)
 
         def start() -> _HandleSet:
             handle = ringlet.broadcast_async(backend.array(tensor), root_rank,
-                                             process_set=chosen)
+                                             process_set=_ringlet_set(process_set))
             return _HandleSet(handle, lambda: backend.tensor(handle.wait(), tensor))
 
-        return _named("broadcast", name, start)
+        return _named("broadcast", name, start, self._broadcast_signature(
+            backend.array(tensor), root_rank, process_set), process_set)
+
+    @staticmethod
+    def _broadcast_signature(array: np.ndarray, root_rank: int,
+                             process_set: Any) -> tuple[Any, ...]:
+        return tensor_signature([array]) + _settings(process_set, root=root_rank)
 
     def broadcast(self, tensor: Any, root_rank: int, name: Any = None,
                   process_set: Any = None) -> Any:
@@ -876,7 +1146,12 @@ class Horovod:
     def broadcast_object(obj: Any, root_rank: int = 0, name: Any = None,
                          process_set: Any = None) -> Any:
         """``root_rank``'s picklable ``obj`` on every rank."""
-        return ringlet.broadcast_object(obj, root_rank, process_set=_ringlet_set(process_set))
+        if _negotiator is None:
+            return ringlet.broadcast_object(obj, root_rank,
+                                            process_set=_ringlet_set(process_set))
+        return _named("broadcast_object", name, lambda: _done(ringlet.broadcast_object(
+            obj, root_rank, process_set=_ringlet_set(process_set))),
+            _settings(process_set, root=root_rank), process_set).synchronize()
 
     def broadcast_parameters(self, params: Any, root_rank: int) -> None:
         """Broadcast a ``state_dict()`` (dict) or ``named_parameters()`` (pairs) in place."""
@@ -895,6 +1170,28 @@ _WIDER = {np.dtype(narrow): np.dtype(wide) for narrow, wide in (
     (np.int8, np.int32), (np.uint8, np.int32), (np.int16, np.int32), (np.uint16, np.int32),
     (np.uint32, np.int64))}
 """Integer types reduced in a wider one the core reduces (exactly: the ranks' values fit)."""
+
+
+def _alltoall_counts(backend: Backend, array: np.ndarray, splits: Any,
+                     ranks: int) -> list[int] | None:
+    """``splits`` as a list of row counts, checked: one per rank, whole numbers, none
+    negative, adding up to the tensor's rows (ValueError otherwise, before anything is sent)."""
+    if splits is None:
+        rows = array.shape[0] if array.ndim else 1
+        if rows % ranks:
+            raise ValueError(f"alltoall without splits needs a first dimension divisible by "
+                             f"the {ranks} ranks, got {rows}")
+        return None
+    values = np.asarray(splits if isinstance(splits, (list, tuple)) else backend.array(splits))
+    if values.size and values.dtype.kind not in "iu" and not (
+            isinstance(splits, (list, tuple)) and all(isinstance(v, int) for v in splits)):
+        raise ValueError(f"alltoall's splits must be integers (int32), got {values.dtype}")
+    counts = [int(v) for v in values.reshape(-1)]
+    rows = array.shape[0] if array.ndim else 1
+    if len(counts) != ranks or any(c < 0 for c in counts) or sum(counts) != rows:
+        raise ValueError(f"alltoall's splits must be {ranks} non-negative row counts adding up "
+                         f"to the tensor's {rows} rows, got {counts}")
+    return counts
 
 
 def _prescaled_integers(array: np.ndarray, prescale: float) -> np.ndarray:

@@ -12,6 +12,7 @@ differentiable, with Horovod's backward rules.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from ._common import (
     Backend,
     Compression,
     Sum,
+    _collectively,
     _op_name,
     _ringlet_set,
     _set_rank,
@@ -259,8 +261,8 @@ def allreduce(tensor: Any, average: Any = None, name: Any = None,
     """Horovod's ``allreduce``: a new tensor, differentiable when ``tensor`` requires grad."""
     op = _OPS[_op_name(average, op)]
     if not _tensors_need_grad([tensor]):
-        return _api.allreduce(tensor, op=op, compression=compression, process_set=process_set,
-                              prescale_factor=prescale_factor,
+        return _api.allreduce(tensor, name=name, op=op, compression=compression,
+                              process_set=process_set, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor)
     _ringlet_set(process_set)
     return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, compression,
@@ -275,7 +277,7 @@ def grouped_allreduce(tensors: Any, average: Any = None, name: Any = None,
     op = _OPS[_op_name(average, op)]
     tensors = list(tensors)
     if not _tensors_need_grad(tensors):
-        return _api.grouped_allreduce(tensors, op=op, compression=compression,
+        return _api.grouped_allreduce(tensors, name=name, op=op, compression=compression,
                                       process_set=process_set, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor)
     _ringlet_set(process_set)
@@ -463,6 +465,10 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) 
     optimizer.load_state_dict(state)
 
 
+_optimizers = itertools.count()
+"""Numbers the DistributedOptimizers this process makes (their buckets' names)."""
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed into the user's optimizer class by ``DistributedOptimizer``."""
 
@@ -485,11 +491,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Each parameter's name (Horovod's attribute; "allreduce.noname.<i>" if unnamed)."""
         if process_set is not None and not process_set.included():
             params = []  # outside its process set, it is the wrapped optimizer (as Horovod's)
-        self._buckets = _buckets(params, groups, _ringlet_set(process_set)) if params else []
+        # Planning is collective (rank 0 plans for all): with name matching, in its turn.
+        self._buckets = _collectively("plan_buckets", lambda: _buckets(
+            params, groups, _ringlet_set(process_set)), process_set) if params else []
         self._bucket_of = {id(p): i for i, bucket in enumerate(self._buckets) for p in bucket}
         self._countdown = {id(p): self._passes for p in params}
         self._ready: list[set[int]] = [set() for _ in self._buckets]
         self._handles: dict[int, Any] = {}
+        self._number = next(_optimizers)
         self._synchronized = False
         self._should_synchronize = True
         self.timeline = Timeline.from_environment()
@@ -515,7 +524,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad is not None and p.grad.is_sparse for p in members):
                 continue
             total = sum(p.numel() for p in members)
-            storage = ringlet.empty(total, _SHAREABLE[members[0].dtype], process_set=process_set)
+            storage = _collectively("empty", lambda total=total, members=members: ringlet.empty(
+                total, _SHAREABLE[members[0].dtype], process_set=process_set),
+                self._process_set)
             storage[...] = 0
             flat = torch.from_numpy(storage)
             views, offset = [], 0
@@ -560,7 +571,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if flat is not None:  # one array, in shared memory: reduced in place, no packing
             submitted = time.perf_counter()
             handle = _api.grouped_allreduce_async_(
-                [flat], op=_OPS[self._op], prescale_factor=self._prescale,
+                [flat], name=self._bucket_name(bucket), op=_OPS[self._op],
+                prescale_factor=self._prescale,
                 postscale_factor=self._postscale, compression=self._compression,
                 process_set=self._process_set,
             )
@@ -583,7 +595,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 grads.append(p.grad)
         submitted = time.perf_counter()
         dense = _api.grouped_allreduce_async_(
-            grads, op=_OPS[self._op], prescale_factor=self._prescale,
+            grads, name=self._bucket_name(bucket), op=_OPS[self._op],
+            prescale_factor=self._prescale,
             postscale_factor=self._postscale, compression=self._compression,
             process_set=self._process_set,
         ) if grads else None
@@ -591,6 +604,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self.timeline is not None:
             nbytes = sum(g.numel() * g.element_size() for g in grads)
             self.timeline.launched(bucket, nbytes, submitted, self._handles[bucket])
+
+    def _bucket_name(self, bucket: int) -> str:
+        """The bucket's name, the same on every rank (optimizers are numbered in the order
+        each rank makes them): with name matching, a name seen before costs one bit."""
+        return f"DistributedOptimizer.{self._number}.bucket.{bucket}"
 
     def synchronize(self) -> None:
         """Finish every gradient's allreduce (starting those whose hooks did not fire)."""

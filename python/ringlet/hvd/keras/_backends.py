@@ -60,6 +60,15 @@ def _jax(tensors: list[Any], op: str, prescale: float, postscale: float, compres
 
     import ringlet.jax as rj
 
+    from .._common import matching_by_name
+
+    if matching_by_name():
+        # Inside jax.jit the collectives are XLA's custom calls, matched by order; the
+        # negotiation's own collectives would meet them in another order on another rank.
+        raise RuntimeError(
+            "ringlet.hvd.keras on the JAX backend runs its allreduces inside jax.jit, matched "
+            "by order; it cannot run with RINGLET_HVD_MATCHING=name (unset it, or use the "
+            "torch or tensorflow backend)")
     wire = _wire_dtype(compression)
     dtypes = [t.dtype for t in tensors]
     work = list(tensors)

@@ -16,7 +16,9 @@ import numpy as np
 
 import ringlet
 
-from .._common import _ringlet_set
+from .._common import Average, Horovod, _ringlet_set
+
+_numpy_api = Horovod()
 
 
 def _sync(model: Any) -> None:
@@ -35,9 +37,11 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int, process_set: A
     if chosen is not None and ringlet.rank() not in chosen.ranks:
         return
     arrays = [np.array(keras.ops.convert_to_numpy(v.value), order="C") for v in variables]
-    handles = [ringlet.broadcast_async(a, root_rank, out=a, process_set=chosen) for a in arrays]
+    # Through ringlet.hvd's API (named, in place), so that name matching covers them too.
+    handles = [_numpy_api.broadcast_async_(a, root_rank, process_set=process_set)
+               for a in arrays]
     for handle in handles:
-        handle.wait()
+        handle.synchronize()
     if ringlet.rank() == root_rank:
         return  # its values are the broadcast ones
     for v, a in zip(variables, arrays):
@@ -106,7 +110,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             return
         names = sorted(logs)  # the same order on every rank
         values = np.array([float(np.asarray(logs[name])) for name in names], dtype=np.float64)
-        averaged = ringlet.allreduce(values, op="avg")
+        averaged = _numpy_api.allreduce(values, op=Average)
         for name, value in zip(names, averaged):
             logs[name] = float(value)
 

@@ -39,6 +39,7 @@ import ringlet
 
 from .. import *  # noqa: F403 - the process functions and constants, Horovod's names
 from .. import __all__ as _hvd_all
+from .. import _common
 from .._common import (
     _BUILT_IN_COMPRESSORS,
     _OPS,
@@ -225,15 +226,17 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
 
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
-        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES:
+        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
+                and not _common.matching_by_name():
             # One tensor: the synchronous call, into an aligned result (no queue hand-off).
             out = ringlet.aligned_empty(arrays[0].shape, arrays[0].dtype)
             ringlet.allreduce(arrays[0], _op_name(None, op), out=out,
                               process_set=_ringlet_set(process_set))
             return [out]
         work = [_aligned_copy(a) for a in arrays]
-        _api.grouped_allreduce_(work, op=op, prescale_factor=prescale, postscale_factor=postscale,
-                                process_set=process_set, compression=compression)
+        _api.grouped_allreduce_(work, name=name, op=op, prescale_factor=prescale,
+                                postscale_factor=postscale, process_set=process_set,
+                                compression=compression)
         return work
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -327,8 +330,9 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
     gradient averaged over the ranks."""
 
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
-        return [np.asarray(_api.allgather(np.ascontiguousarray(a), process_set=process_set))
-                for a in arrays]
+        return [np.asarray(_api.allgather(
+            np.ascontiguousarray(a), None if name is None else f"{name}.{i}",
+            process_set=process_set)) for i, a in enumerate(arrays)]
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         for x in xs:
@@ -397,7 +401,7 @@ def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: 
     root = _check_root(root_rank, process_set)
 
     def compute(array: np.ndarray) -> list[np.ndarray]:
-        return [_api.broadcast_(_aligned_copy(array), root, process_set=process_set)]
+        return [_api.broadcast_(_aligned_copy(array), root, name, process_set=process_set)]
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         return _run(compute, xs, [xs[0].dtype], [xs[0].shape], _op_label("Broadcast", name))
@@ -646,7 +650,7 @@ def join() -> Any:
     returns the rank that joined last (an int32 tensor, as Horovod's)."""
 
     def compute() -> list[np.ndarray]:
-        return [np.array(ringlet.join(), dtype=np.int32)]
+        return [np.array(_api.join(), dtype=np.int32)]
 
     return _run(compute, [], [tf.int32], [tf.TensorShape([])], "RingletJoin")[0]
 

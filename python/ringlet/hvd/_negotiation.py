@@ -1,0 +1,476 @@
+"""Operations matched across ranks by name, as Horovod's coordinator matches them.
+
+With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet.hvd`` is a
+``Request`` keyed by (collective, name): unnamed ones get Horovod's automatic names
+("allreduce.noname.<n>", counted per collective on each rank). A background thread, the same
+on every rank, runs cycles: in each, the ranks agree which requests every member of their
+process set has submitted, and those run, in an order every rank computes alike, fused where
+they can be. A request still waiting for a rank waits; it does not hold up the others.
+
+A cycle is designed after Horovod's controller and response cache (controller.cc,
+response_cache.cc), written anew over ringlet's public API, on a communicator of its own
+(a process set of every rank), so that ringlet's own calls, which stay matched by order, never
+mix with it:
+
+- one small ``min`` allreduce: three flags (someone announces something, someone shuts down,
+  someone has waited too long) and one entry per cached name, 1 where this rank has that name
+  waiting (or takes no part in it). A name every rank marks runs: repeats cost this one vector.
+- only when a rank announces something: an ``allgather_object`` of the announcements (a name
+  seen for the first time, or with other arguments than its cached ones, and ``join``). Every
+  rank adds them to the same table; a name all members have announced runs, or fails on every
+  rank when they passed different arguments (Horovod's error, naming what each rank passed).
+  A name that ran is cached (least recently used out when the cache is full; a rank waiting
+  for an evicted name announces it again).
+- only when a rank's request has waited longer than ``RINGLET_HVD_STALL_SECONDS`` (60): an
+  ``allgather_object`` of every rank's waiting names, and a warning naming, for each name, the
+  ranks that have not submitted it (the stall inspector).
+
+Joined ranks (``join``) take part in every allreduce the others run, with zeros; other
+collectives fail on every rank while a rank has joined. ``join`` returns when every rank has
+joined, with the rank that joined last.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import ringlet
+
+MATCHING_VARIABLE = "RINGLET_HVD_MATCHING"
+MATCHINGS = ("order", "name")
+DEFAULT_MATCHING = "order"
+"""Order matching stays the default: name matching's cost on ``make bench-train`` is more than
+the 3% the project allows for a default (benchmarks/RESULTS.md, "Name matching")."""
+
+Key = tuple[str, str, tuple[int, ...]]
+"""(collective, name, the process set's ranks)."""
+_FLAGS = 3  # announce, shut down, stall query
+_ANNOUNCE, _SHUTDOWN, _STALL = range(_FLAGS)
+_JOIN: tuple[str, str, tuple[Any, ...], tuple[int, ...]] = ("join", "join", (), ())
+_JOIN_KEY: Key = ("join", "join", ())
+"""join's key (it involves every rank, whatever they have joined to)."""
+
+
+def _seconds(variable: str, default: float) -> float:
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{variable}={text!r} is not a number") from None
+    if value < 0:
+        raise ValueError(f"{variable}={text!r} must be at least 0")
+    return value
+
+
+def matching_from_environment() -> str:
+    """``RINGLET_HVD_MATCHING``: "order" (ringlet's own: every rank submits its collectives in
+    the same order) or "name" (Horovod's: matched by name, in any order)."""
+    text = os.environ.get(MATCHING_VARIABLE, "").strip().lower() or DEFAULT_MATCHING
+    if text not in MATCHINGS:
+        raise ValueError(f"{MATCHING_VARIABLE}={os.environ[MATCHING_VARIABLE]!r}; accepted: "
+                         f"{' or '.join(MATCHINGS)}")
+    return text
+
+
+_UNREMARKABLE = {("prescale", 1.0), ("postscale", 1.0), ("compression", "none"), ("set", 0)}
+"""Settings an error need not mention."""
+
+
+class Request:
+    """One collective submitted on this rank, until it has run.
+
+    ``signature`` is what every member must pass alike (Horovod's checks: dtype, shape, op,
+    root, ...; a tuple of (dtype, shape) tensors and (name, value) settings); ``detail`` how
+    an error names what this rank passed. ``start`` runs it (on the negotiation thread, once
+    every member has submitted it) and returns a handle. Allreduces have none: the negotiator
+    fuses them (``run_fused``), from their ``payload``."""
+
+    def __init__(self, collective: str, name: str, signature: tuple[Any, ...],
+                 members: tuple[int, ...], start: Callable[[], Any] | None = None,
+                 detail: str | None = None) -> None:
+        self.key: Key = (collective, name, members)
+        self.signature = signature
+        self.detail = detail or describe(signature)
+        self.start = start
+        self.payload: Any = None
+        """What the caller needs to run it fused (``ringlet.hvd._common``'s business)."""
+        self.submitted = time.monotonic()
+        self.reported = self.submitted
+        self.work: Any = None
+        self.error: BaseException | None = None
+        self.value: Any = None
+        self.ran = threading.Event()
+
+    def finish(self, work: Any = None, error: BaseException | None = None,
+               value: Any = None) -> None:
+        self.work, self.error, self.value = work, error, value
+        self.ran.set()
+
+
+def describe(signature: tuple[Any, ...]) -> str:
+    """A signature as an error names it: ``float32[17, 17] op=avg``."""
+    parts = [f"{a}[{', '.join(map(str, b))}]" if isinstance(b, tuple) else f"{a}={b}"
+             for a, b in signature if (a, b) not in _UNREMARKABLE and a != "fusable"]
+    return " ".join(parts) if parts else "nothing"
+
+
+class Negotiator:
+    """The negotiation thread of this rank and its state, the same on every rank.
+
+    ``run_fused(requests, signatures)`` is given, in order, the allreduces to fuse into one
+    collective (this rank's requests, or None where this rank has joined and adds zeros of the
+    signature's shapes and dtypes) and returns one handle per request."""
+
+    def __init__(self, run_fused: Callable[[list[Request | None], list[tuple[Any, ...]]],
+                                           list[Any]]) -> None:
+        self._run_fused = run_fused
+        self.cycle_time = _seconds("RINGLET_HVD_CYCLE_TIME", 1.0) / 1000
+        self.stall_seconds = _seconds("RINGLET_HVD_STALL_SECONDS", 60.0)
+        self.capacity = max(int(_seconds("RINGLET_HVD_CACHE_CAPACITY", 1024)), 1)
+        self.rank, self.size = ringlet.rank(), ringlet.size()
+        self.everyone = tuple(range(self.size))
+        # Its own communicator: collective over ringlet's (hvd.init is called on every rank).
+        self.comm = ringlet.add_process_set(self.everyone)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._local: dict[Key, Request] = {}
+        """This rank's requests that have not run."""
+        self._unannounced: list[Request] = []
+        self._cache: OrderedDict[Key, tuple[int, tuple[Any, ...]]] = OrderedDict()
+        """Names that ran: (slot in the vector, signature), least recently run first."""
+        self._slots: list[Key | None] = []
+        self._table: dict[Key, dict[int, tuple[tuple[Any, ...], str]]] = {}
+        """Announced names that have not run: rank -> (signature, detail), first seen first."""
+        self._joined: list[int] = []
+        self._join: Request | None = None
+        self._join_announced = False
+        self._shutting_down = False
+        self.failure: BaseException | None = None
+        """Why negotiation stopped (every later request raises it)."""
+        self.cycles = 0
+        self._thread = threading.Thread(target=self._loop, name="ringlet.hvd negotiation",
+                                        daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    # ---- this rank's side ----------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            self._local[request.key] = request
+            cached = self._cache.get(request.key)
+            if cached is None or cached[1] != request.signature:
+                self._unannounced.append(request)
+        self._wake.set()
+
+    def join(self) -> int:
+        """Join (see the module's text); the rank that joined last."""
+        request = Request(*_JOIN)
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            self._join = request
+        self._wake.set()
+        return int(self.wait(request))
+
+    def wait(self, request: Request) -> Any:
+        """Until ``request`` has run (or negotiation has stopped); its value."""
+        while not request.ran.wait(0.05):
+            if not self._thread.is_alive() and not request.ran.is_set():
+                raise self.failure or ringlet.RingletError(
+                    "ringlet.hvd's negotiation thread has stopped")
+        if request.error is not None:
+            raise request.error
+        return request.value
+
+    def stop(self) -> None:
+        """Stop negotiating on every rank (each rank calls it; ``hvd.shutdown`` and the end of
+        the program do). Requests that have not run raise on every rank."""
+        if not self._thread.is_alive():
+            return
+        with self._lock:
+            self._shutting_down = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def is_negotiation_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    # ---- the cycle -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while True:
+                self._wake.wait(self.cycle_time)
+                self._wake.clear()
+                if not self._cycle():
+                    break
+        except BaseException as exc:  # every waiting request must learn it
+            self._fail(exc if isinstance(exc, ringlet.RingletError) else ringlet.RingletError(
+                f"ringlet.hvd's negotiation failed on rank {self.rank}: {exc!r}"))
+            return
+        self._fail(ringlet.RingletError(
+            "ringlet.hvd was shut down (hvd.shutdown() or the end of the program on some rank) "
+            "before every rank had submitted this operation"))
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self.failure = error
+            waiting = list(self._local.values()) + ([self._join] if self._join else [])
+            self._local.clear()
+            self._join = None
+        for request in waiting:
+            request.finish(error=error)
+
+    def _vector(self) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+        """This rank's vector (negated flags, then one entry per cache slot) and
+        announcements; under the lock."""
+        announcements = [(r.key, r.signature, r.detail) for r in self._unannounced]
+        self._unannounced.clear()
+        if self._join is not None and not self._join_announced:
+            announcements.append((self._join.key, (), ""))
+            self._join_announced = True
+        announced = {key for key, _, _ in announcements}
+        vector = np.zeros(_FLAGS + len(self._slots), np.int32)
+        vector[_ANNOUNCE] = -1 if announcements else 0
+        vector[_SHUTDOWN] = -1 if self._shutting_down else 0
+        now = time.monotonic()
+        vector[_STALL] = -1 if any(now - r.reported > self.stall_seconds
+                                   for r in self._local.values()) else 0
+        joined = set(self._joined)
+        for slot, key in enumerate(self._slots):
+            if key is None:
+                vector[_FLAGS + slot] = 1
+                continue
+            members = key[2]
+            mine = self._local.get(key)
+            if self.rank not in members:
+                ready = True  # not its business
+            elif mine is not None:
+                ready = key not in announced and mine.signature == self._cache[key][1]
+            else:  # joined ranks take part in whatever the others run
+                ready = self.rank in joined and not set(members) <= joined
+            vector[_FLAGS + slot] = int(ready)
+        return vector, announcements
+
+    def _cycle(self) -> bool:
+        """One cycle; False once negotiation stops."""
+        with self._lock:
+            vector, announcements = self._vector()
+        announced = {key for key, _, _ in announcements}
+        agreed = ringlet.allreduce(vector, "min", process_set=self.comm)
+        self.cycles += 1
+        everyone = ringlet.allgather_object(announcements, process_set=self.comm) \
+            if agreed[_ANNOUNCE] < 0 else []
+        if agreed[_STALL] < 0:
+            self._inspect_stall()
+        with self._lock:
+            # Names every member marked, in their slots' order, then names whose last member
+            # announced them, in the order they were first announced.
+            ready = [key for slot, key in enumerate(self._slots)
+                     if key is not None and agreed[_FLAGS + slot] == 1]
+            for rank, theirs in enumerate(everyone):
+                for key, signature, detail in theirs:
+                    if key == _JOIN_KEY:
+                        self._joined.append(rank)
+                        continue
+                    if key in self._cache:
+                        # Its own announcement of it is on its way: no need to repeat it.
+                        self._evict(key, again=key not in announced)
+                    self._table.setdefault(key, {})[rank] = (signature, detail)
+            joined = set(self._joined)
+            for key, submitted in self._table.items():
+                members = set(key[2])
+                if members <= set(submitted) | joined and not members <= joined:
+                    ready.append(key)
+            responses = [self._respond(key, joined) for key in ready]
+            everyone_joined = len(joined) == self.size
+        self._execute(responses)
+        if everyone_joined:
+            self._finish_join()
+        # A rank shutting down still takes part in this last cycle: what is ready runs.
+        return bool(agreed[_SHUTDOWN] == 0)
+
+    def _evict(self, key: Key, again: bool = True) -> None:
+        """Forget a cached name (on every rank alike); a rank waiting for it by its bit
+        announces it ``again``."""
+        slot = self._cache.pop(key)[0]
+        self._slots[slot] = None
+        mine = self._local.get(key)
+        if again and mine is not None and mine not in self._unannounced:
+            self._unannounced.append(mine)
+
+    def _respond(self, key: Key, joined: set[int]) -> tuple[Any, ...]:
+        """What every rank does for a ready name: ("run", key, signature) or ("fail", key,
+        message). Caches names that run."""
+        collective, name, members = key
+        submitted = self._table.pop(key, None)
+        if submitted is None:  # cached: every member passed the cached arguments
+            signature = self._cache[key][1]
+            self._cache.move_to_end(key)
+        else:
+            passed = dict(sorted(submitted.items()))
+            signature = next(iter(passed.values()))[0]
+            if any(value[0] != signature for value in passed.values()):
+                return ("fail", key, _mismatch(collective, name, passed))
+            self._insert(key, signature)
+        absent = sorted(joined & set(members))
+        if absent and not _joinable(collective, signature):
+            who = f"rank {absent[0]} has" if len(absent) == 1 else \
+                f"ranks {', '.join(map(str, absent))} have"
+            return ("fail", key, f"{collective} {name!r} cannot run: {who} joined (hvd.join), "
+                    "and only Sum and Average allreduces can go on without them")
+        return ("run", key, signature)
+
+    def _insert(self, key: Key, signature: tuple[Any, ...]) -> None:
+        if len(self._cache) >= self.capacity:
+            self._evict(next(iter(self._cache)))
+        slot = self._slots.index(None) if None in self._slots else len(self._slots)
+        if slot == len(self._slots):
+            self._slots.append(key)
+        else:
+            self._slots[slot] = key
+        self._cache[key] = (slot, signature)
+
+    def _execute(self, responses: list[tuple[Any, ...]]) -> None:
+        """Run the ready names in their agreed order: consecutive allreduces that may be fused
+        as one collective, the rest one by one. The groups are formed alike on every rank;
+        a rank outside a name's process set skips it, a joined one adds zeros to allreduces."""
+        groups: list[tuple[Any, list[tuple[Any, ...]]]] = []
+        for response in responses:
+            kind, key, detail = response
+            fusion = (_fusion_of(key[0], detail), key[2]) if kind == "run" else (None, None)
+            if fusion[0] is not None and groups and groups[-1][0] == fusion:
+                groups[-1][1].append(response)
+            else:
+                groups.append((fusion, [response]))
+        with self._lock:
+            mine = {r[1]: self._local.pop(r[1], None) for r in responses}
+        for (fusion, _), group in groups:
+            kind, key, detail = group[0]
+            if self.rank not in key[2]:
+                continue
+            if fusion is not None:
+                self._run_group([(mine[r[1]], r[2]) for r in group])
+                continue
+            request = mine[key]
+            if request is None:
+                continue  # joined: allreduces are all it takes part in
+            if kind == "fail":
+                request.finish(error=ringlet.MismatchError(detail))
+                continue
+            try:
+                assert request.start is not None
+                request.finish(work=request.start())
+            except Exception as exc:  # the caller's synchronize raises it
+                request.finish(error=exc)
+
+    def _run_group(self, group: list[tuple[Request | None, tuple[Any, ...]]]) -> None:
+        requests = [request for request, _ in group]
+        try:
+            handles = self._run_fused(requests, [signature for _, signature in group])
+        except Exception as exc:  # the caller's synchronize raises it
+            for request in requests:
+                if request is not None:
+                    request.finish(error=exc)
+            return
+        for request, handle in zip(requests, handles):
+            if request is not None:
+                request.finish(work=handle)
+
+    def _finish_join(self) -> None:
+        last = self._joined[-1]
+        with self._lock:
+            request, self._join = self._join, None
+            self._joined, self._join_announced = [], False
+        if request is not None:
+            request.finish(value=last)
+
+    def _inspect_stall(self) -> None:
+        """Every rank's waiting names; rank 0 warns, per name, which ranks have not submitted
+        it (Horovod's stall inspector)."""
+        now = time.monotonic()
+        with self._lock:
+            mine = [(r.key, now - r.submitted) for r in self._local.values()]
+            for request in self._local.values():
+                if now - request.reported > self.stall_seconds:
+                    request.reported = now
+            joined = set(self._joined)
+        everyone = ringlet.allgather_object(mine, process_set=self.comm)
+        if self.rank != 0:
+            return
+        waiting: dict[Key, dict[int, float]] = {}
+        for rank, theirs in enumerate(everyone):
+            for key, age in theirs:
+                waiting.setdefault(key, {})[rank] = age
+        lines = []
+        for (collective, name, members), ages in sorted(waiting.items()):
+            missing = [m for m in members if m not in ages and m not in joined]
+            if missing and max(ages.values()) > self.stall_seconds:
+                lines.append(f"  {collective} {name!r}: submitted by rank(s) {sorted(ages)} "
+                             f"{max(ages.values()):.0f} s ago; missing rank(s) {missing}")
+        if lines:
+            message = ("ringlet.hvd: one or more operations were submitted by some ranks and "
+                       f"have waited for the others for more than {self.stall_seconds:g} s:\n"
+                       + "\n".join(lines))
+            warnings.warn(message, RuntimeWarning, stacklevel=1)
+            print(message, file=sys.stderr, flush=True)
+
+
+def _joinable(collective: str, signature: tuple[Any, ...]) -> bool:
+    return collective == "allreduce" and (("op", "sum") in signature or ("op", "avg") in signature)
+
+
+def _fusion_of(collective: str, signature: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What two allreduces must share to be fused (everything but their tensors); None for a
+    collective that is not fused."""
+    if collective != "allreduce":
+        return None
+    settings = tuple(item for item in signature if not isinstance(item[1], tuple))
+    if ("fusable", False) in settings:
+        return None
+    return settings
+
+
+def _mismatch(collective: str, name: str,
+              passed: dict[int, tuple[tuple[Any, ...], str]]) -> str:
+    """Horovod's error for a name passed with different arguments ("Mismatched allreduce
+    tensor shapes", "... data types", ...), naming what each rank passed."""
+    signatures = [value[0] for value in passed.values()]
+    if len({len(_dtypes(s)) for s in signatures}) > 1:
+        what = "numbers of tensors"
+    elif len({_dtypes(s) for s in signatures}) > 1:
+        what = "data types"
+    elif len({tuple(t for t in s if isinstance(t[1], tuple)) for s in signatures}) > 1:
+        what = "tensor shapes"
+    else:
+        differ = {a for s in signatures for a, b in s if not isinstance(b, tuple)
+                  and len({dict(t for t in x if not isinstance(t[1], tuple)).get(a)
+                           for x in signatures}) > 1}
+        what = " and ".join(sorted(differ)) or "arguments"
+    return (f"Mismatched {collective} {what} for the operation named {name!r}: "
+            + "; ".join(f"rank {rank} passed {value[1]}" for rank, value in passed.items()))
+
+
+def _dtypes(signature: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(dtype for dtype, shape in signature if isinstance(shape, tuple))
+
+
+def tensor_signature(arrays: Sequence[np.ndarray], leading: bool = True) -> tuple[Any, ...]:
+    """Each array as (dtype, shape); without its first dimension when ``leading`` is False
+    (allgather and alltoall: each rank has its own)."""
+    return tuple((str(a.dtype), tuple(a.shape) if leading else ("*", *a.shape[1:]))
+                 for a in arrays)

@@ -1,0 +1,220 @@
+"""ringlet.hvd with RINGLET_HVD_MATCHING=name: operations matched across ranks by name, as
+Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
+
+Each test starts name matching afresh (hvd.shutdown(), then hvd.init() with the variable set)
+and ends it, so that the other files of the suite keep order matching. Every result is
+compared with NumPy's, computed from every rank's input, which each rank rebuilds."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import ringlet
+import ringlet.hvd as hvd
+from ringlet.hvd import _common
+
+
+def input_of(rank: int, shape: tuple[int, ...], seed: int = 0,
+             dtype: str = "float32") -> np.ndarray:
+    return np.random.default_rng([seed, rank]).integers(-50, 50, shape).astype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def name_matching(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    hvd.shutdown()
+    monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
+    hvd.init()
+    assert _common.matching_by_name()
+    yield
+    hvd.shutdown()
+    monkeypatch.delenv("RINGLET_HVD_MATCHING")
+    hvd.init()
+    assert not _common.matching_by_name()
+
+
+def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
+    names = [f"t{i}" for i in range(5)]
+    shapes = {name: (3 + i, 2) for i, name in enumerate(names)}
+    order = names if rank % 2 == 0 else names[::-1]  # every other rank the other way round
+    handles = {n: hvd.allreduce_async(input_of(rank, shapes[n], names.index(n)), name=n,
+                                      op=hvd.Sum) for n in order}
+    for n in order:
+        expected = sum(input_of(r, shapes[n], names.index(n)) for r in range(size))
+        np.testing.assert_array_equal(hvd.synchronize(handles[n]), expected)
+
+
+def test_results_are_bit_identical_to_order_matching(rank: int, size: int) -> None:
+    x = np.random.default_rng([7, rank]).standard_normal(10_001).astype(np.float32)
+    by_name = hvd.allreduce(x, name="same", op=hvd.Average)
+    hvd.shutdown()
+    import os
+
+    os.environ["RINGLET_HVD_MATCHING"] = "order"
+    hvd.init()
+    by_order = hvd.allreduce(x, op=hvd.Average)
+    os.environ["RINGLET_HVD_MATCHING"] = "name"
+    assert by_name.tobytes() == by_order.tobytes()
+
+
+def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: int,
+                                                                          size: int) -> None:
+    """Horovod's duplicate-name tests: rank 0 submits before a barrier, the others after."""
+    t = input_of(rank, (17, 3))
+    early = None
+    if rank == 0:
+        early = hvd.allreduce_async(t, name="late", op=hvd.Sum)
+        with pytest.raises(ValueError, match="same name as another tensor"):
+            hvd.allreduce_async(t, name="late")
+    other = hvd.allreduce(t, name="meanwhile", op=hvd.Max)
+    np.testing.assert_array_equal(other, np.max([input_of(r, (17, 3)) for r in range(size)], 0))
+    hvd.barrier()
+    if rank == 0:
+        assert early is not None and (size == 1 or not hvd.poll(early))
+    else:
+        early = hvd.allreduce_async(t, name="late", op=hvd.Sum)
+        with pytest.raises(ValueError, match="same name as another tensor"):
+            hvd.allreduce_async(t, name="late")
+    np.testing.assert_array_equal(hvd.synchronize(early),
+                                  sum(input_of(r, (17, 3)) for r in range(size)))
+    hvd.barrier()
+
+
+def test_different_arguments_under_one_name_fail_on_every_rank(rank: int, size: int) -> None:
+    if size == 1:
+        pytest.skip("needs two ranks to disagree")
+    with pytest.raises(ringlet.MismatchError, match=r"Mismatched allreduce tensor shapes .*"
+                       r"rank 0 passed float32\[3\].*rank 1 passed float32\[4\]"):
+        hvd.allreduce(np.ones(3 + min(rank, 1), np.float32), name="shapes")
+    with pytest.raises(ringlet.MismatchError, match="Mismatched allreduce data types"):
+        hvd.allreduce(np.ones(3, np.float32 if rank == 0 else np.float64), name="dtypes")
+    with pytest.raises(ringlet.MismatchError, match="Mismatched broadcast root"):
+        hvd.broadcast(np.ones(3, np.float32), root_rank=min(rank, 1), name="roots")
+    # A name cached by an earlier run, now passed with other arguments by one rank.
+    assert hvd.allreduce(np.ones(2, np.float32), name="cached", op=hvd.Sum)[0] == size
+    with pytest.raises(ringlet.MismatchError, match="Mismatched allreduce tensor shapes"):
+        hvd.allreduce(np.ones(2 + (rank == 1), np.float32), name="cached", op=hvd.Sum)
+    # And the ranks are still in step afterwards.
+    assert hvd.allreduce(np.ones(2, np.float32), name="cached", op=hvd.Sum)[0] == size
+
+
+def test_join_takes_part_in_allreduces_and_refuses_gathers(rank: int, size: int) -> None:
+    for first in range(size):
+        if rank == first:
+            last = hvd.join()
+        else:
+            a = hvd.allreduce_async(input_of(rank, (5,)), name="a", op=hvd.Average)
+            b = hvd.allreduce(input_of(rank, (3, 2), 1), name="b", op=hvd.Sum)
+            others = [r for r in range(size) if r != first]
+            np.testing.assert_allclose(hvd.synchronize(a),
+                                       sum(input_of(r, (5,)) for r in others) / size)
+            np.testing.assert_array_equal(b, sum(input_of(r, (3, 2), 1) for r in others))
+            with pytest.raises(RuntimeError, match=f"rank {first} has joined"):
+                hvd.allgather(input_of(rank, (2,)))
+            last = hvd.join()
+        assert hvd.allgather_object(last) == [last] * size
+        assert size == 1 or last != first
+
+
+def test_process_sets_have_names_of_their_own(rank: int, size: int) -> None:
+    if size < 2:
+        pytest.skip("needs two process sets")
+    evens = hvd.add_process_set(list(range(0, size, 2)))
+    odds = hvd.add_process_set(list(range(1, size, 2)))
+    try:
+        mine = evens if rank % 2 == 0 else odds
+        ranks = list(range(rank % 2, size, 2))
+        # The same name in both sets, and one set's op submitted before a global one on some
+        # ranks, after it on others.
+        if rank % 2:
+            ours = hvd.allreduce_async(input_of(rank, (4,)), name="x", op=hvd.Sum,
+                                       process_set=mine)
+        everyone = hvd.allreduce(input_of(rank, (4,)), name="x", op=hvd.Sum)
+        if rank % 2 == 0:
+            ours = hvd.allreduce_async(input_of(rank, (4,)), name="x", op=hvd.Sum,
+                                       process_set=mine)
+        np.testing.assert_array_equal(everyone, sum(input_of(r, (4,)) for r in range(size)))
+        np.testing.assert_array_equal(hvd.synchronize(ours),
+                                      sum(input_of(r, (4,)) for r in ranks))
+    finally:
+        assert hvd.remove_process_set(odds) and hvd.remove_process_set(evens)
+
+
+def test_many_small_ops_are_fused_and_every_dtype_is_exact(rank: int, size: int) -> None:
+    dtypes = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"]
+    before = _common._negotiator.cycles if _common._negotiator else 0
+    handles = [(d, i, hvd.allreduce_async(input_of(rank, (i + 1,), i, d if d != "bfloat16"
+                                                   else "float32").astype(
+        _common._dtype_named(d)), name=f"{d}.{i}", op=hvd.Sum))
+        for d in dtypes for i in range(8)]
+    for d, i, handle in handles:
+        out = hvd.synchronize(handle)
+        expected = sum(input_of(r, (i + 1,), i, "float64") for r in range(size))
+        assert out.dtype == _common._dtype_named(d)
+        np.testing.assert_array_equal(out.astype(np.float64),
+                                      expected.astype(out.dtype).astype(np.float64))
+    assert _common._negotiator is not None and _common._negotiator.cycles - before < 64
+
+
+def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    hvd.shutdown()
+    monkeypatch.setenv("RINGLET_HVD_CACHE_CAPACITY", "3")
+    hvd.init()
+    for round_ in range(3):
+        names = [f"n{i}" for i in range(6)]
+        order = names if (rank + round_) % 2 == 0 else names[::-1]
+        handles = {n: hvd.allreduce_async(np.full(2, names.index(n) + round_, np.float32),
+                                          name=n, op=hvd.Sum) for n in order}
+        for n in order:
+            assert hvd.synchronize(handles[n])[0] == size * (names.index(n) + round_)
+    assert _common._negotiator is not None and len(_common._negotiator._cache) <= 3
+
+
+def test_the_stall_inspector_names_the_ranks_missing(rank: int, size: int,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    if size == 1:
+        pytest.skip("needs a rank to be missing")
+    hvd.shutdown()
+    monkeypatch.setenv("RINGLET_HVD_STALL_SECONDS", "0.3")
+    hvd.init()
+    handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled") if rank == 0 else None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        hvd.barrier()
+        import time
+
+        time.sleep(1.0)
+        hvd.barrier()
+    if rank != 0:
+        handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled")
+    assert handle is not None and hvd.synchronize(handle)[0] == 1.0
+    if rank == 0:
+        err = capfd.readouterr().err
+        missing = list(range(1, size))
+        assert "allreduce 'stalled': submitted by rank(s) [0]" in err, err
+        assert f"missing rank(s) {missing}" in err, err
+
+
+def test_shutdown_with_an_op_pending_fails_it_on_every_rank(rank: int, size: int) -> None:
+    if size == 1:
+        pytest.skip("needs a rank that never submits")
+    handle = hvd.allreduce_async(np.ones(3, np.float32), name="never") if rank == 0 else None
+    hvd.barrier()
+    hvd.shutdown()
+    if handle is not None:
+        with pytest.raises(ringlet.RingletError, match="shut down"):
+            hvd.synchronize(handle)
+
+
+def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    hvd.shutdown()
+    monkeypatch.setenv("RINGLET_HVD_MATCHING", "names")
+    with pytest.raises(ValueError, match="RINGLET_HVD_MATCHING='names'; accepted: order or name"):
+        hvd.init()
+    monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
+    hvd.init()
