@@ -428,20 +428,22 @@ test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 # does; a rank that hangs or dies fails it. Exclusions: tests/horovod_upstream/
 # exclusions_torch.toml. Summaries: build/horovod-upstream/torch-{2,3}.md. -quick: a slice at
 # 2 ranks in one job, the four duplicate-name tests one after the other among ordinary ones.
+# 120 s per test (the longest takes 15 s at 3 ranks), not pytest.ini's 300: a hang costs less.
+HVD_TORCH_ARGS := -o timeout=120
 .PHONY: test-horovod test-horovod-quick
 
 test-horovod: setup $(HVD_UPSTREAM_DEPS)/.installed
 	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
 		--ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
-		--summary build/horovod-upstream/torch-2 $(HVD_UPSTREAM_ARGS)
+		--summary build/horovod-upstream/torch-2 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
 		--ranks 3 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
-		--summary build/horovod-upstream/torch-3 $(HVD_UPSTREAM_ARGS)
+		--summary build/horovod-upstream/torch-3 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
 		--quick --ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
-		--summary build/horovod-upstream/torch-quick $(HVD_UPSTREAM_ARGS)
+		--summary build/horovod-upstream/torch-quick $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 # ---- Keras 3 (ringlet.hvd.keras) ----
 # tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is

@@ -43,6 +43,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from run_mpi_suite import Launcher, call  # noqa: E402 (the MPI suite's launcher and time limit)
 
+from ringlet.hvd._negotiation import matching_from_environment  # noqa: E402 (RINGLET_HVD_MATCHING)
+
 FILES = ["test_tensorflow.py", "test_tensorflow_process_sets.py", "test_tensorflow2_keras.py"]
 TORCH_FILES = ["test_torch.py"]
 WHOLE_FILE = set(TORCH_FILES)  # must run as one job: a restart is a failure of the run
@@ -98,9 +100,10 @@ QUICK = {
 }
 
 
-def load_exclusions(paths: list[Path], size: int) -> dict[str, dict[str, Any]]:
-    """test id (file::Class::name) -> its entry at `size` ranks (an entry with `ranks` applies
-    only at those counts); every entry needs a category and a reason."""
+def load_exclusions(paths: list[Path], size: int, matching: str) -> dict[str, dict[str, Any]]:
+    """test id (file::Class::name) -> its entry at `size` ranks under ringlet.hvd's `matching`
+    (an entry with `ranks` or `matching` applies only there); every entry needs a category and
+    a reason."""
     entries = [(path, entry) for path in paths
                for entry in tomllib.loads(path.read_text()).get("exclude", [])]
     excluded = {}
@@ -117,6 +120,8 @@ def load_exclusions(paths: list[Path], size: int) -> dict[str, dict[str, Any]]:
         if expect == "deselected" and "ranks" not in entry:
             sys.exit(f"{path}: {tests[0]}: a deselected test needs `ranks`, where it cannot pass")
         if "ranks" in entry and size not in entry["ranks"]:
+            continue
+        if "matching" in entry and matching not in entry["matching"]:
             continue
         for test in tests:
             if test in excluded:
@@ -322,7 +327,8 @@ def run_once(name: str, args: argparse.Namespace, launcher: Launcher, pytest_arg
 
 def markdown(summary: dict[str, Any]) -> str:
     quick = " (quick slice)" if summary["quick"] else ""
-    lines = [f"# Horovod's tests at {summary['ranks']} ranks",
+    lines = [f"# Horovod's tests at {summary['ranks']} ranks, ops matched by "
+             f"{summary['matching']}",
              "", f"{summary['seconds']:.0f} s in all{quick}.",
              "", "| file | passed | failed | error | skipped | not run | excluded | seconds |",
              "|---|---|---|---|---|---|---|---|"]
@@ -363,13 +369,14 @@ def main() -> int:
     for variable in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
                      "OMPI_MCA_rmaps_base_oversubscribe"):
         os.environ.setdefault(variable, "1")
-    excluded = load_exclusions(args.exclusions, args.ranks)
+    matching = matching_from_environment()  # the ranks get this environment
+    excluded = load_exclusions(args.exclusions, args.ranks, matching)
     launcher = Launcher(args.launcher)
     out = args.summary.parent
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     files = [run_file(name, args, launcher, pytest_args, excluded, out) for name in args.files]
-    summary = {"ranks": args.ranks, "quick": args.quick,
+    summary = {"ranks": args.ranks, "matching": matching, "quick": args.quick,
                "seconds": round(time.monotonic() - started, 1), "files": files}
     args.summary.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
     args.summary.with_suffix(".md").write_text(markdown(summary))
