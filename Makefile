@@ -6,6 +6,7 @@
 #   make test-tf   ringlet.hvd.tensorflow at 2 and 3 ranks (make test runs it)
 #   make test-keras  ringlet.hvd.keras at 2 ranks on each Keras backend (make test runs it)
 #   make test-horovod-tf  Horovod's own TensorFlow tests at 2 ranks (make test: a quick slice)
+#   make test-horovod     Horovod's test_torch.py, one job at 2 and at 3 ranks (-quick: a slice)
 #   make bench-tf  against tf.distribute.MultiWorkerMirroredStrategy
 # Both are idempotent; the second run only rebuilds what changed.
 #
@@ -421,6 +422,28 @@ test-horovod-tf: setup $(HVD_UPSTREAM_DEPS)/.installed
 test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 	$(PYTHON) tests/horovod_upstream/run.py --quick --launcher $(MPIRUN) \
 		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
+
+# Horovod's test_torch.py against ringlet.hvd.torch, the whole file as ONE mpirun job of pytest
+# (as Horovod's CI runs it) at 2 and at 3 ranks, ops matched by name as Horovod's coordinator
+# does; a rank that hangs or dies fails it. Exclusions: tests/horovod_upstream/
+# exclusions_torch.toml. Summaries: build/horovod-upstream/torch-{2,3}.md. -quick: a slice at
+# 2 ranks in one job, the four duplicate-name tests one after the other among ordinary ones.
+# 120 s per test (the longest takes 15 s at 3 ranks), not pytest.ini's 300: a hang costs less.
+HVD_TORCH_ARGS := -o timeout=120
+.PHONY: test-horovod test-horovod-quick
+
+test-horovod: setup $(HVD_UPSTREAM_DEPS)/.installed
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+		--ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+		--summary build/horovod-upstream/torch-2 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+		--ranks 3 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+		--summary build/horovod-upstream/torch-3 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
+
+test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+		--quick --ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+		--summary build/horovod-upstream/torch-quick $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 # ---- Keras 3 (ringlet.hvd.keras) ----
 # tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
