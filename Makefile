@@ -157,7 +157,7 @@ bench-jax: setup
 
 # The MPICH slice last: it builds ringlet a second time, against MPICH.
 test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras \
-	test-horovod-tf-quick test-cluster-quick \
+	test-horovod-tf-quick test-horovod-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
 HOSTS ?= 4
