@@ -1,20 +1,24 @@
 """Operations matched across ranks by name, as Horovod's coordinator matches them.
 
 With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet.hvd`` is a
-``Request`` keyed by (collective, name): unnamed ones get Horovod's automatic names
-("allreduce.noname.<n>", counted per collective on each rank). A background thread, the same
-on every rank, runs cycles: in each, the ranks agree which requests every member of their
-process set has submitted, and those run, in an order every rank computes alike, fused where
-they can be. A request still waiting for a rank waits; it does not hold up the others.
+``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
+names ("allreduce.noname.<n>", counted per collective and set on each rank). A background
+thread, the same on every rank, runs cycles (every ``RINGLET_HVD_CYCLE_TIME`` ms; submitting
+does not wake it, as Horovod's does not): in each, the ranks agree which requests every member
+of their process set has submitted, and those run, in an order every rank computes alike,
+fused where they can be. A request still waiting for a rank waits; it does not hold up the others.
 
 A cycle is designed after Horovod's controller and response cache (controller.cc,
-response_cache.cc), written anew over ringlet's public API, on a communicator of its own
-(a process set of every rank), so that ringlet's own calls, which stay matched by order, never
-mix with it:
+response_cache.cc), written anew over ringlet's public API, on a communicator of its own (a
+process set of every rank). ringlet runs one collective at a time in a process, so while it
+runs every collective of the program must pass through it: the ones that are not Horovod's
+(adding a process set, planning buckets) run on their caller's thread in their turn, every
+rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
 
-- one small ``min`` allreduce: three flags (someone announces something, someone shuts down,
-  someone has waited too long) and one entry per cached name, 1 where this rank has that name
-  waiting (or takes no part in it). A name every rank marks runs: repeats cost this one vector.
+- one small ``min`` allreduce: four flags (someone announces something, someone shuts down,
+  someone has waited too long, someone has anything waiting) and one entry per cached name, 1
+  where this rank has that name waiting (or takes no part in it). A name every rank marks
+  runs: repeats cost this one vector.
 - only when a rank announces something: an ``allgather_object`` of the announcements (a name
   seen for the first time, or with other arguments than its cached ones, and ``join``). Every
   rank adds them to the same table; a name all members have announced runs, or fails on every
