@@ -183,3 +183,15 @@ def test_jax_bench_times_ringlet_inside_jit_and_checks_the_training_step(tmp_pat
         train = results["train"]
         assert train["gradients_averaged_right"] and train["equal_across_ranks"]
         assert train["median_us"]["ringlet"] > 0
+
+
+def test_hvd_matching_bench_compares_name_and_order(tmp_path):
+    out = tmp_path / "matching.json"
+    job = mpirun("benchmarks/hvd_matching_bench.py", "--rounds", "2", "--calls", "20",
+                 "--bursts", "2", "--names", "8", "--json", str(out))
+    assert job.returncode == 0, job.stdout + job.stderr
+    results = json.loads(out.read_text())
+    assert results["ranks"] == 2 and results["rounds"] == 2
+    for matching in ("order", "name"):
+        assert results[matching]["latency_us"] > 0 and results[matching]["ops_per_s"] > 0
+        assert f"| {matching} |" in job.stdout
