@@ -223,8 +223,6 @@ class Negotiator:
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join()
-            if ringlet.is_initialized():
-                ringlet.remove_process_set(self.comm)
 
     def is_negotiation_thread(self) -> bool:
         return threading.current_thread() is self._thread
