@@ -4,6 +4,9 @@ Rank 0 reports on the terminal; the other ranks write to build/test-logs/, which
 tests/run_mpi_suite.py prints if that rank fails. Each rank writes a JUnit report, so the
 suite counts every rank's results, not only rank 0's.
 
+Each rank also keeps, in rankN.current, the id of the test it is running: a rank that
+crashes (a signal, an abort) writes no report, and the suite names that test from this file.
+
 Each rank has a temporary directory of its own (--basetemp), removed when it ends: under
 pytest's shared default, /tmp/pytest-of-USER, every rank prunes the older numbered directories
 as its session ends, all at once, and one rank's rmtree fails on a directory another rank is
@@ -30,6 +33,20 @@ def launcher_rank() -> int:
     return 0
 
 
+class CurrentTest:
+    """Keeps the id of the running test in a file, so a crash can be traced to it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self.path.write_text(nodeid + "\n")
+
+    def pytest_sessionfinish(self) -> None:
+        self.path.write_text("(session finished)\n")
+
+
 def main() -> int:
     rank = launcher_rank()
     report_dir = Path(os.environ.get("RINGLET_TEST_REPORTS", "build/test-reports"))
@@ -38,12 +55,13 @@ def main() -> int:
         log = open(report_dir / f"rank{rank}.log", "w")  # kept open for the whole process
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+    plugins = [CurrentTest(report_dir / f"rank{rank}.current")]
     args = [*sys.argv[1:], f"--junitxml={report_dir / f'rank{rank}.xml'}", "-p", "no:cacheprovider"]
     if any(arg.startswith("--basetemp") for arg in args):
-        return pytest.main(args)
+        return pytest.main(args, plugins=plugins)
     basetemp = tempfile.mkdtemp(prefix=f"ringlet-pytest-rank{rank}-")
     try:
-        return pytest.main([*args, f"--basetemp={basetemp}"])
+        return pytest.main([*args, f"--basetemp={basetemp}"], plugins=plugins)
     finally:
         shutil.rmtree(basetemp, ignore_errors=True)
 

@@ -182,8 +182,15 @@ def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
     for rank in range(size):
         report = reports / f"rank{rank}.xml"
         if not report.exists():
-            print(f"rank {rank} wrote no report (crashed or killed)")
-            FAILED_TESTS.append(f"{size} ranks, rank {rank}: no report (crashed or killed)")
+            current = reports / f"rank{rank}.current"
+            where = current.read_text().strip() if current.exists() else "before any test"
+            print(f"rank {rank} wrote no report (crashed or killed) in {where}")
+            log = reports / f"rank{rank}.log"
+            if rank != 0 and log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-60:]
+                print(f"--- rank {rank} output, last lines ---\n" + "\n".join(tail))
+            FAILED_TESTS.append(f"{size} ranks, rank {rank}: no report (crashed or killed) "
+                                f"in {where}")
             failed += 1
             continue
         p, f, s = count(report)

@@ -78,15 +78,19 @@ fn add_process_set(py: Python<'_>, ranks: Vec<usize>) -> PyResult<SetId> {
 }
 
 /// Free a process set's communicator (local); False if there is no such set.
+///
+/// This and the other questions that take the runtime's lock let go of the GIL while they wait
+/// for it: a collective holds the lock while it runs, and it may be waiting for another
+/// Python thread of this process.
 #[pyfunction]
-fn remove_process_set(process_set: SetId) -> bool {
-    process::remove_process_set(process_set)
+fn remove_process_set(py: Python<'_>, process_set: SetId) -> PyResult<bool> {
+    detached(py, || Ok(process::remove_process_set(process_set)))
 }
 
 /// Every process set: (id, ranks), the world's (id 0) first.
 #[pyfunction]
-fn process_sets() -> PyResult<Vec<(SetId, Vec<usize>)>> {
-    Ok(process::process_sets()?)
+fn process_sets(py: Python<'_>) -> PyResult<Vec<(SetId, Vec<usize>)>> {
+    detached(py, process::process_sets)
 }
 
 /// (the MPI library's own description, the MPI ringlet was compiled against).
@@ -587,8 +591,8 @@ fn explain(
 /// index, its largest message, algorithm it runs now, calls, tries of the runner-up, switches).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn auto_refinements(process_set: SetId) -> PyResult<Vec<RefinementRow>> {
-    Ok(runtime::refinements(process_set)?
+fn auto_refinements(py: Python<'_>, process_set: SetId) -> PyResult<Vec<RefinementRow>> {
+    Ok(detached(py, || runtime::refinements(process_set))?
         .into_iter()
         .map(|(d, o, index, upper, now, calls, tries, switches)| {
             (
@@ -667,8 +671,8 @@ fn algorithm_cost(
 /// (`MPI_COMM_TYPE_SHARED`, as the MPI library groups them).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn nodes(process_set: SetId) -> PyResult<Vec<usize>> {
-    Ok(runtime::nodes(process_set)?)
+fn nodes(py: Python<'_>, process_set: SetId) -> PyResult<Vec<usize>> {
+    detached(py, || runtime::nodes(process_set))
 }
 
 /// (name, bytes per element, is floating-point) of every dtype the kernels reduce.
@@ -768,8 +772,8 @@ fn _test_wrong_length_message(py: Python<'_>, sent: usize, expected: usize) -> P
 /// Whether `process_set` has the node's shared memory: (available, why not, worth a warning).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn shared_memory(process_set: SetId) -> PyResult<(bool, String, bool)> {
-    Ok(runtime::shared::status(process_set)?)
+fn shared_memory(py: Python<'_>, process_set: SetId) -> PyResult<(bool, String, bool)> {
+    detached(py, || runtime::shared::status(process_set))
 }
 
 /// Why `algorithm` cannot run on `process_set`, or None if it can.

@@ -14,7 +14,7 @@ use crate::transport::mpi::MpiTransport;
 use crate::transport::mpi_shm::Unavailable;
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,12 @@ static STATE: Mutex<State> = Mutex::new(State {
     next_set: WORLD + 1,
     retired: Vec::new(),
 });
+
+/// Whether ringlet's communicator exists, readable without the state's lock: a collective
+/// holds that lock while it runs, and a thread that only asks (as every Python call does
+/// first) must not wait for a collective that may itself wait for this thread's next step.
+/// Written only by [`State::publish`].
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 fn state() -> MutexGuard<'static, State> {
     // A panic while holding the lock is caught at the binding edge; the state stays consistent
@@ -102,6 +108,7 @@ pub fn init(parent: Parent) -> Result<InitInfo> {
         state.communicator = Some(Communicator::new(transport, options)?);
         crate::auto::clear(); // its choices were for the previous communicator
     }
+    state.publish();
     Ok(InitInfo {
         owns_mpi: state.started_mpi.is_some(),
         thread_level: state.threading.name(),
@@ -125,7 +132,7 @@ fn options_from_env() -> Result<Options> {
 }
 
 pub fn is_initialized() -> bool {
-    state().communicator.is_some()
+    INITIALIZED.load(Ordering::Acquire)
 }
 
 /// Run `f` with the communicator of process set `set`; calls from several threads are
@@ -224,6 +231,11 @@ pub fn process_sets() -> Result<Vec<(SetId, Vec<usize>)>> {
 }
 
 impl State {
+    /// Make [`is_initialized`] tell the truth; called after every change of the communicator.
+    fn publish(&self) {
+        INITIALIZED.store(self.communicator.is_some(), Ordering::Release);
+    }
+
     /// Tell the other ranks of every communicator this rank is in that it leaves them.
     fn depart(&self) {
         for communicator in self.sets.values().chain(&self.communicator) {
@@ -240,6 +252,7 @@ impl State {
     fn retire(&mut self) {
         let sets = std::mem::take(&mut self.sets).into_values();
         self.retired.extend(sets.chain(self.communicator.take()));
+        self.publish();
         self.clear_sets();
     }
 
@@ -382,6 +395,7 @@ pub fn finalize() -> bool {
     if let Some(communicator) = state.communicator.take() {
         communicator.into_transport().release();
     }
+    state.publish();
     for communicator in std::mem::take(&mut state.retired) {
         communicator.into_transport().retire();
     }

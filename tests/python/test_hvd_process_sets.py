@@ -189,22 +189,28 @@ def test_grouped_allgather_gradients() -> None:
 
 
 def test_a_name_still_in_flight_is_refused_locally_before_anything_is_sent() -> None:
-    """Horovod's duplicate-name rule. Rank 0's first allreduce stays in flight while the
-    last rank sleeps, so its second of the same name must be refused; a name whose operation
-    has finished may be used again. (ringlet matches operations by their order, not their
-    names, so every rank submits the same ones.)"""
-    import time
+    """Horovod's duplicate-name rule. Rank 0's first allreduce stays in flight until the last
+    rank submits its own, which it does only when rank 0 says so (over MPI_COMM_WORLD, outside
+    ringlet), so rank 0's second of the same name must be refused; a name whose operation has
+    finished may be used again. (Timing it with a sleep raced on a loaded machine: rank 0,
+    late, found the first already done, and its extra op left the ranks out of step.)"""
+    from mpi4py import MPI
 
     size, rank = hvd.size(), hvd.rank()
-    x = torch.ones(5)
-    if rank == size - 1 and size > 1:
-        time.sleep(0.5)
+    assert size == MPI.COMM_WORLD.size  # hvd's ranks are the world's here
+    last, x = size - 1, torch.ones(5)
+    hvd.allreduce(x)  # a first call installs the cost model, which needs every rank
+    if rank == last and size > 1:
+        MPI.COMM_WORLD.recv(source=0, tag=28)
     first = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
     if rank == 0 and size > 1:
-        with pytest.raises(ValueError, match="same name as another tensor that is currently"):
-            hvd.allreduce_async(x, name="dup", op=hvd.Sum)
-        with pytest.raises(ValueError, match="same name"):
-            hvd.allreduce_async_(x.clone(), name="dup", op=hvd.Sum)
+        try:
+            with pytest.raises(ValueError, match="same name as another tensor that is currently"):
+                hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+            with pytest.raises(ValueError, match="same name"):
+                hvd.allreduce_async_(x.clone(), name="dup", op=hvd.Sum)
+        finally:
+            MPI.COMM_WORLD.send(None, dest=last, tag=28)
     torch.testing.assert_close(hvd.synchronize(first), torch.full((5,), float(size)))
     again = hvd.allreduce_async(x, name="dup", op=hvd.Sum)  # finished: the name is free
     other = hvd.broadcast_async(x, 0, name="dup")  # another collective, another namespace

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
 import ringlet
@@ -77,8 +78,6 @@ def test_shutdown_then_implicit_init(size):
 
 
 def test_init_rejects_things_that_are_not_communicators():
-    import pytest
-
     with pytest.raises(TypeError, match="mpi4py intra-communicator"):
         ringlet.init(comm="world")
     with pytest.raises(ValueError, match="COMM_NULL"):
@@ -102,6 +101,32 @@ def test_the_gil_is_released_while_communicating(size):
     assert np.all(x == size * size)
     if size > 1 and elapsed > 0.005:
         assert during > 0, f"no Python progress during a {elapsed * 1e3:.1f} ms allreduce"
+
+
+def test_rank_and_size_answer_while_a_collective_waits_for_this_rank(comm, rank, size):
+    """A collective in flight must not hold up a thread that only asks who it is: Horovod's
+    API asks for the size before each submission, and here the collective cannot finish until
+    rank 0 has asked (the last rank joins only when rank 0 says so, over mpi4py). Asking
+    waited for the collective once, and that deadlocked."""
+    import threading
+
+    if size == 1:
+        pytest.skip("needs a rank that the collective waits for")
+    ringlet.allreduce(np.ones(1, np.float32))  # the cost model is in place; every rank here
+    last, answers = size - 1, []
+    if rank == last:
+        comm.recv(source=0, tag=29)
+    handle = ringlet.allreduce_async(np.ones(4, np.float32))
+    if rank == 0:
+        asking = threading.Thread(target=lambda: answers.append((ringlet.rank(), ringlet.size())))
+        asking.start()
+        asking.join(timeout=20)
+        answered_in_time = not asking.is_alive()
+        comm.send(None, dest=last, tag=29)  # lets the collective finish, either way
+        asking.join()
+        assert answered_in_time, "rank() and size() waited for the collective in flight"
+        assert answers == [(0, size)]
+    assert np.all(handle.wait() == size)
 
 
 def test_topology_names_every_ranks_host(comm, rank, size):
@@ -130,8 +155,6 @@ def test_topology_names_every_ranks_host(comm, rank, size):
 def test_mpi4py_on_another_mpi_library_is_refused(monkeypatch, comm):
     """A communicator handle of one MPI library is garbage to another: init(comm) checks that
     mpi4py runs on ringlet's MPI before it converts the handle."""
-    import pytest
-
     ours = ringlet.mpi_library()
     other = "MPICH Version: 4.0.2" if "Open MPI" in ours else "Open MPI v4.1.4, package: x"
     monkeypatch.setattr(MPI, "Get_library_version", lambda: other)
