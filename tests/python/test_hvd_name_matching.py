@@ -105,6 +105,29 @@ def test_different_arguments_under_one_name_fail_on_every_rank(rank: int, size: 
     assert hvd.allreduce(np.ones(2, np.float32), name="cached", op=hvd.Sum)[0] == size
 
 
+def test_compressed_allreduces_match_order_matching_bit_for_bit(rank: int, size: int) -> None:
+    """fp16 and bf16 on the wire, submitted together (so fused by compressor), give what order
+    matching gives; ranks that compress one name differently all raise."""
+    x = np.random.default_rng([11, rank]).standard_normal(999).astype(np.float32)
+    compressors = {"plain": hvd.Compression.none, "half": hvd.Compression.fp16,
+                   "brain": hvd.Compression.bf16}
+    handles = {name: hvd.allreduce_async(x, name=name, op=hvd.Average, compression=c)
+               for name, c in compressors.items()}
+    by_name = {name: hvd.synchronize(h) for name, h in handles.items()}
+    _common.use_matching("order")
+    by_order = {name: hvd.allreduce(x, op=hvd.Average, compression=c)
+                for name, c in compressors.items()}
+    _common.use_matching("name")
+    for name in compressors:
+        assert by_name[name].dtype == np.float32
+        assert by_name[name].tobytes() == by_order[name].tobytes(), name
+    assert by_name["half"].tobytes() != by_name["plain"].tobytes() or size == 1
+    if size > 1:
+        with pytest.raises(ringlet.MismatchError, match="Mismatched allreduce"):
+            hvd.allreduce(x, name="squeezed", compression=compressors["half" if rank else "brain"])
+    assert hvd.allreduce(np.ones(2, np.float32), name="after", op=hvd.Sum)[0] == size
+
+
 def test_join_takes_part_in_allreduces_and_refuses_gathers(rank: int, size: int) -> None:
     for first in range(size):
         if rank == first:

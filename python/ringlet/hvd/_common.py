@@ -105,6 +105,8 @@ class Compression:
 
 
 _BUILT_IN_COMPRESSORS = (NoneCompressor, FP16Compressor, BF16Compressor)
+_COMPRESSOR_BY_WIRE = {c.wire_dtype or "none": c for c in _BUILT_IN_COMPRESSORS}
+"""A built-in compressor by the name a negotiation signature gives it."""
 
 
 def _op_name(average: bool | None, op: Any, default: ReduceOp = Average) -> str:
@@ -482,8 +484,7 @@ def _run_fused(requests: list[Request | None],
     the negotiation thread: this rank's tensors, or zeros where it has joined."""
     settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
     process_set = _set_named(settings["set"])
-    compression = {"none": None, "fp16": FP16Compressor, "bf16": BF16Compressor}[
-        settings["compression"]]
+    compression = _COMPRESSOR_BY_WIRE[settings["compression"]]
     originals: list[np.ndarray] = []
     in_place: list[bool] = []
     spans = []
@@ -891,8 +892,10 @@ class Horovod:
         backend = backend_for(tensors[0]) if tensors else _NUMPY
         arrays = [backend.array(t) for t in tensors]
         custom = compression is not None and compression not in _BUILT_IN_COMPRESSORS
-        wire = {None: "none", NoneCompressor: "none", FP16Compressor: "fp16",
-                BF16Compressor: "bf16"}.get(compression, getattr(compression, "__name__", "?"))
+        if custom:
+            wire = getattr(compression, "__name__", "?")
+        else:
+            wire = getattr(compression, "wire_dtype", None) or "none"
         signature = tensor_signature(arrays) + _settings(
             process_set, op=op_name,
             prescale=float(prescale), postscale=float(postscale), compression=wire,

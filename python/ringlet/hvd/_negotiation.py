@@ -62,9 +62,8 @@ _FLAGS = 4  # announce, shut down, stall query, waiting
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
 _IDLE_AFTER = 0.1
 """Seconds without anything waiting on any rank before cycles slow to the idle cycle time."""
-_JOIN: tuple[str, str, tuple[Any, ...], tuple[int, ...]] = ("join", "join", (), ())
 _JOIN_KEY: Key = ("join", "join", ())
-"""join's key (it involves every rank, whatever they have joined to)."""
+"""join's key (it involves every rank, whatever they have joined to; it has no signature)."""
 
 
 def _seconds(variable: str, default: float) -> float:
@@ -195,7 +194,8 @@ class Negotiator:
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
-        request = Request(*_JOIN)
+        collective, name, members = _JOIN_KEY
+        request = Request(collective, name, (), members)
         with self._lock:
             if self.failure is not None:
                 raise self.failure
