@@ -320,10 +320,17 @@ class Negotiator:
                 members = set(key[2])
                 if members <= set(submitted) | joined and not members <= joined:
                     ready.append(key)
+            # This rank's requests that run now leave before any name is cached or evicted:
+            # one evicted while still waiting would be announced again, and run again (with
+            # zeros from the ranks that no longer had it, and the data of a rank that had
+            # submitted the name anew: a wrong result).
+            mine = {key: self._local.pop(key, None) for key in ready}
+            running = {id(request) for request in mine.values() if request is not None}
+            self._unannounced = [r for r in self._unannounced if id(r) not in running]
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
         self._started = [work for work in self._started if not work.poll()]
-        self._execute(responses)
+        self._execute(responses, mine)
         if everyone_joined:
             self._finish_join()
         # A rank shutting down still takes part in this last cycle: what is ready runs.
@@ -370,10 +377,12 @@ class Negotiator:
             self._slots[slot] = key
         self._cache[key] = (slot, signature)
 
-    def _execute(self, responses: list[tuple[Any, ...]]) -> None:
-        """Run the ready names in their agreed order: consecutive allreduces that may be fused
-        as one collective, the rest one by one. The groups are formed alike on every rank;
-        a rank outside a name's process set skips it, a joined one adds zeros to allreduces."""
+    def _execute(self, responses: list[tuple[Any, ...]],
+                 mine: dict[Key, Request | None]) -> None:
+        """Run the ready names in their agreed order (``mine``: this rank's request for each,
+        None where it has joined): consecutive allreduces that may be fused as one collective,
+        the rest one by one. The groups are formed alike on every rank; a rank outside a name's
+        process set skips it, a joined one adds zeros to allreduces."""
         groups: list[tuple[Any, list[tuple[Any, ...]]]] = []
         for response in responses:
             kind, key, detail = response
@@ -382,8 +391,6 @@ class Negotiator:
                 groups[-1][1].append(response)
             else:
                 groups.append((fusion, [response]))
-        with self._lock:
-            mine = {r[1]: self._local.pop(r[1], None) for r in responses}
         for (fusion, _), group in groups:
             kind, key, detail = group[0]
             if self.rank not in key[2]:
