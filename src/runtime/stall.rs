@@ -206,12 +206,14 @@ impl StallInspector {
             .map_or_else(|| "a collective".into(), |label| label.to_string())
     }
 
-    /// On rank 0: name the ranks that have not reported waiting in collective `seq` (rank 0
-    /// itself is waiting in it).
+    /// On rank 0: name the ranks that have not reported waiting in collective `seq` or a later
+    /// one (rank 0 itself is waiting in it). A rank waiting in a later collective has done its
+    /// part of this one (in a ring, its neighbours finish before rank 0 when rank 0's
+    /// predecessor is cut off), so it is not missing.
     fn missing_from(&self, transport: &dyn Transport, seq: u64) -> Vec<usize> {
         let reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
         (1..transport.size())
-            .filter(|&r| reports.get(r).copied().flatten() != Some(seq))
+            .filter(|&r| !matches!(reports.get(r).copied().flatten(), Some(s) if s >= seq))
             .collect()
     }
 }
