@@ -105,7 +105,14 @@ class Compression:
 
 
 _BUILT_IN_COMPRESSORS = (NoneCompressor, FP16Compressor, BF16Compressor)
-_COMPRESSOR_BY_WIRE = {c.wire_dtype or "none": c for c in _BUILT_IN_COMPRESSORS}
+
+
+def _wire_name(compressor: Any) -> str:
+    """How a negotiation signature names a built-in compressor (None: no compression)."""
+    return getattr(compressor, "wire_dtype", None) or "none"
+
+
+_COMPRESSOR_BY_WIRE = {_wire_name(c): c for c in _BUILT_IN_COMPRESSORS}
 """A built-in compressor by the name a negotiation signature gives it."""
 
 
@@ -895,7 +902,7 @@ class Horovod:
         if custom:
             wire = getattr(compression, "__name__", "?")
         else:
-            wire = getattr(compression, "wire_dtype", None) or "none"
+            wire = _wire_name(compression)
         signature = tensor_signature(arrays) + _settings(
             process_set, op=op_name,
             prescale=float(prescale), postscale=float(postscale), compression=wire,
