@@ -178,12 +178,12 @@ cluster-down:
 # Each brings its own cluster up (4 hosts, 1 Gbit/s; replacing one made by cluster-up) and
 # down, whatever happens.
 test-cluster: setup
-	bash tests/emulated_cluster/run.sh --all
-	bash tests/emulated_cluster/run_slurm.sh --all
+	bash tests/cluster/run.sh --all
+	bash tests/cluster/run_slurm.sh --all
 
 test-cluster-quick: setup
-	bash tests/emulated_cluster/run.sh
-	bash tests/emulated_cluster/run_slurm.sh
+	bash tests/cluster/run.sh
+	bash tests/cluster/run_slurm.sh
 
 # make bench-cluster CLUSTER_BENCH_ARGS="--bytes 67108864 --reps 5"; HOSTS=8 PER_HOST=1 for 8 hosts x 1
 CLUSTER_BENCH_ARGS ?=
@@ -289,15 +289,15 @@ lint: setup
 stubtest: setup
 	$(PYTHON) -m mypy.stubtest ringlet._core
 
-# tests/failures launch jobs themselves; tests/tooling test the build tools (no MPI job);
+# tests/jobs launch jobs themselves; tests/tooling test the build tools (no MPI job);
 # tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
 # run each benchmark briefly and check what it reports; tests/jupyter start ipyparallel MPI
 # engines and execute the tour notebook; tests/docs build the site (mkdocs build --strict).
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--plain tests/failures tests/tooling tests/structure tests/benchmarks tests/jupyter \
+		--plain tests/jobs tests/tooling tests/structure tests/benchmarks tests/jupyter \
 		tests/docs --sizes $(TEST_SIZES) -q \
-		--color=no tests/python
+		--color=no tests/collectives
 
 # ringlet.jax at 1 to 4 ranks (tests/jax: inside and outside jax.jit, gradients, order).
 JAX_TEST_SIZES ?= 1 2 3 4
@@ -310,7 +310,7 @@ TF_TEST_SIZES ?= 2 3
 .PHONY: test-tf
 test-tf: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
-		--color=no tests/tensorflow
+		--color=no tests/hvd/tensorflow
 
 # The same targets against MPICH (its own stamps, venv and target directory).
 test-mpich:
@@ -323,8 +323,8 @@ test-mpich-quick: $(WHEEL_STAMP)
 mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
-		tests/python/test_allreduce.py tests/python/test_process_sets.py tests/python/test_join.py \
-		tests/python/test_shared_memory.py tests/python/test_departure.py
+		tests/collectives/test_allreduce.py tests/collectives/test_process_sets.py tests/collectives/test_join.py \
+		tests/collectives/test_shared_memory.py tests/collectives/test_departure.py
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
@@ -363,8 +363,8 @@ OMPI5_PYTHON := $(CURDIR)/$(OMPI5_VENV)/bin/python
 OMPI5_STAMP := build/stamps/openmpi5-venv
 OMPI5_ENV := PATH=$(CURDIR)/$(OMPI5_VENV)/bin:$$PATH
 OMPI5_NO_HOOKS := \
-	--deselect tests/python/test_errors.py::test_a_panic_in_the_core_surfaces_as_ringlet_error_and_leaves_it_usable \
-	--deselect tests/python/test_reliability.py::test_a_message_of_the_wrong_length_is_an_error_not_a_short_buffer
+	--deselect tests/collectives/test_errors.py::test_a_panic_in_the_core_surfaces_as_ringlet_error_and_leaves_it_usable \
+	--deselect tests/collectives/test_reliability.py::test_a_message_of_the_wrong_length_is_an_error_not_a_short_buffer
 
 $(OMPI5_STAMP): $(WHEEL_STAMP) | $(STAMPS)/uv
 	$(if $(WHEEL_FILE),,$(error no dist/ringlet-*.whl: run make wheel first))
@@ -379,14 +379,14 @@ test-openmpi5: test-openmpi5-single test-openmpi5-cluster
 
 test-openmpi5-quick: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) tests/run_mpi_suite.py --launcher $(CURDIR)/$(OMPI5_VENV)/bin/mpirun \
-		--sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/python
+		--sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/collectives
 
 # ringletrun without the variables that oversubscribe by themselves: 3 ranks on this machine's
 # cores only if it spells 5's oversubscription itself (quickstart checks every result).
 test-openmpi5-single: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) tests/run_mpi_suite.py --launcher $(CURDIR)/$(OMPI5_VENV)/bin/mpirun \
 		--plain tests/tooling/test_launchers.py tests/tooling/test_ringletrun.py \
-		tests/jupyter/test_start.py --sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/python
+		tests/jupyter/test_start.py --sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/collectives
 	$(OMPI5_ENV) RINGLET_CACHE_DIR=$(CURDIR)/build/test-cache/openmpi5-ringletrun \
 		env -u OMPI_MCA_rmaps_base_oversubscribe -u PRTE_MCA_rmaps_default_mapping_policy \
 		$(OMPI5_VENV)/bin/ringletrun --verbose -np 3 $(OMPI5_PYTHON) examples/quickstart.py
@@ -394,16 +394,16 @@ test-openmpi5-single: $(OMPI5_STAMP)
 # Without the fault tests: they read Open MPI 4.x's messages and look for its orted (not yet
 # ported to PRRTE's).
 test-openmpi5-cluster: $(OMPI5_STAMP)
-	$(OMPI5_ENV) PYTHON=$(OMPI5_PYTHON) bash tests/emulated_cluster/run.sh --layout "uneven 2+1+3" \
+	$(OMPI5_ENV) PYTHON=$(OMPI5_PYTHON) bash tests/cluster/run.sh --layout "uneven 2+1+3" \
 		--no-faults
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))
 
 # ---- Horovod's own TensorFlow tests ----
-# Horovod's test files (tests/horovod_upstream, unmodified) against ringlet.hvd.tensorflow through
+# Horovod's test files (tests/hvd/upstream, unmodified) against ringlet.hvd.tensorflow through
 # a `horovod` shim, each file as one mpirun -n 2 job of pytest; exits non-zero if a test outside
-# tests/horovod_upstream/exclusions.toml does not pass. Summary: build/horovod-upstream/summary.md.
+# tests/hvd/upstream/exclusions.toml does not pass. Summary: build/horovod-upstream/summary.md.
 # The tests' own requirements (mock, parameterized) go to a directory of their own.
 HVD_UPSTREAM_DEPS := build/horovod-upstream/deps
 HVD_UPSTREAM_ARGS ?=
@@ -416,16 +416,16 @@ $(HVD_UPSTREAM_DEPS)/.installed: | setup
 	@touch $@
 
 test-horovod-tf: setup $(HVD_UPSTREAM_DEPS)/.installed
-	$(PYTHON) tests/horovod_upstream/run.py --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
+	$(PYTHON) tests/hvd/upstream/run.py --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		$(HVD_UPSTREAM_ARGS)
 
 test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
-	$(PYTHON) tests/horovod_upstream/run.py --quick --launcher $(MPIRUN) \
+	$(PYTHON) tests/hvd/upstream/run.py --quick --launcher $(MPIRUN) \
 		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
 
 # Horovod's test_torch.py against ringlet.hvd.torch, the whole file as ONE mpirun job of pytest
 # (as Horovod's CI runs it) at 2 and at 3 ranks, ops matched by name as Horovod's coordinator
-# does; a rank that hangs or dies fails it. Exclusions: tests/horovod_upstream/
+# does; a rank that hangs or dies fails it. Exclusions: tests/hvd/upstream/
 # exclusions_torch.toml. Summaries: build/horovod-upstream/torch-{2,3}.md. -quick: a slice at
 # 2 ranks in one job, the four duplicate-name tests one after the other among ordinary ones.
 # 120 s per test (the longest takes 15 s at 3 ranks), not pytest.ini's 300: a hang costs less.
@@ -433,20 +433,20 @@ HVD_TORCH_ARGS := -o timeout=120
 .PHONY: test-horovod test-horovod-quick
 
 test-horovod: setup $(HVD_UPSTREAM_DEPS)/.installed
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-2 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--ranks 3 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-3 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/horovod_upstream/run.py --files test_torch.py \
+	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--quick --ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-quick $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 # ---- Keras 3 (ringlet.hvd.keras) ----
-# tests/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
+# tests/hvd/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
 # imported, so each backend is its own mpirun): DistributedOptimizer against NumPy, the
 # callbacks, load_model, and examples/keras_train_digits.py --check.
 KERAS_BACKENDS ?= tensorflow jax torch
@@ -455,7 +455,7 @@ test-keras: setup
 	@for b in $(KERAS_BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$b"; \
 		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
-			--color=no tests/keras || exit 1; \
+			--color=no tests/hvd/keras || exit 1; \
 	done
 
 # ---- TensorFlow benchmarks ----

@@ -21,7 +21,7 @@ trap 'exit 130' INT TERM   # then the EXIT trap tears down
 tools/emulated_cluster.sh up "$HOSTS" "$RATE"
 mkdir -p "$(dirname "$JSON")" build/cluster-tools
 # What one link really carries: 8 MiB one way between two hosts, three times.
-mpicc -O2 -o build/cluster-tools/hostcheck tests/emulated_cluster/hostcheck.c
+mpicc -O2 -o build/cluster-tools/hostcheck tests/cluster/hostcheck.c
 timeout -k 10 120 tools/emulated_cluster.sh mpirun -n 2 --map-by node build/cluster-tools/hostcheck
 placements=("block:--map-by ppr:$PER_HOST:node" "round-robin:--map-by node")
 [[ $PER_HOST == 1 ]] && placements=("one-per-host:--map-by node")

@@ -1,7 +1,7 @@
 """Run the Python test suite under mpirun at several rank counts and total every rank's results.
 
     python tests/run_mpi_suite.py [--sizes 1 2 3 4 5 8] [--launcher mpirun.mpich]
-                                  [--timeout 900] [--plain tests/failures ...] [pytest args...]
+                                  [--timeout 900] [--plain tests/jobs ...] [pytest args...]
 
 The launcher is --launcher, else $RINGLET_MPIRUN, else `mpirun`: Open MPI's or MPICH's (Hydra).
 Open MPI-only options go to Open MPI alone; the time limit of each run is enforced here (the
@@ -163,11 +163,12 @@ def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
     reports.mkdir(parents=True)
     if size > TORCH_MAX_RANKS:
         for torch_tests in TORCH_TESTS:
-            pytest_args = [*pytest_args, "--ignore", str(ROOT / "tests/python" / torch_tests)]
+            pytest_args = [*pytest_args, "--ignore", str(ROOT / "tests/hvd/torch" / torch_tests)]
     command = [
         # Open MPI's own --timeout (with its report) comes first; ours is the backstop.
         *launcher.command_line(size, timeout),
-        sys.executable, str(ROOT / "tests" / "mpi_pytest.py"), *pytest_args,
+        # The suites' shared fixtures and references (tests/mpi_fixtures.py).
+        sys.executable, str(ROOT / "tests" / "mpi_pytest.py"), "-p", "mpi_fixtures", *pytest_args,
     ]
     print(f"\n=== {size} rank{'s' if size > 1 else ''}: {' '.join(command)}", flush=True)
     started = time.monotonic()
@@ -259,7 +260,7 @@ def main() -> int:
     shutil.rmtree(cache, ignore_errors=True)
     print(f"launcher: {launcher.path} ({launcher.flavor})", flush=True)
     totals = [run_plain(launcher, path, args.timeout, reports_root) for path in args.plain]
-    totals += [run(launcher, size, pytest_args or ["-q", "tests/python"], args.timeout,
+    totals += [run(launcher, size, pytest_args or ["-q", "tests/collectives"], args.timeout,
                    reports_root, cache)
                for size in args.sizes]
     passed = sum(t[0] for t in totals)

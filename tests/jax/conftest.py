@@ -1,29 +1,8 @@
-"""The JAX tests run under mpirun like tests/python (one pytest process per rank, the same
-tests in the same order), with its fixtures and NumPy references, and with 64-bit types on."""
+"""The JAX tests run with 64-bit types on (the fixtures come from tests/mpi_fixtures.py, loaded
+by tests/run_mpi_suite.py)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
-
-_spec = importlib.util.spec_from_file_location(
-    "mpi_conftest", Path(__file__).resolve().parents[1] / "python" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-_shared = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_shared)
-
-# The fixtures, re-exported so that pytest finds them here.
-comm = _shared.comm
-rank = _shared.rank
-size = _shared.size
-_ringlet_ready = _shared._ringlet_ready
-ALL_DTYPES = _shared.ALL_DTYPES
-exact_input = _shared.exact_input
-reference = _shared.reference
-np_dtype = _shared.np_dtype
-same_on_every_rank = _shared.same_on_every_rank

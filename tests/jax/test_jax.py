@@ -16,7 +16,7 @@ from jax.test_util import check_grads
 import ringlet
 import ringlet.jax as rj
 
-from conftest import ALL_DTYPES, exact_input, np_dtype, reference, same_on_every_rank
+from mpi_fixtures import ALL_DTYPES, exact_input, np_dtype, reference, same_on_every_rank
 
 OPS = ("sum", "avg", "min", "max", "prod")
 PLACES = ("eager", "jit")

@@ -1,41 +1,9 @@
-"""Helpers for the Jupyter tests: they start ipyparallel clusters themselves (single process,
-no mpirun around them), and check that nothing of a cluster survives its stop."""
+"""The Jupyter tests start ipyparallel clusters themselves (single process, no mpirun around
+them); ipp_processes.py checks that nothing of a cluster survives its stop."""
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 import pytest
-
-
-def processes_of_cluster(cluster_id: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every process started for this ipyparallel cluster: ipyparallel
-    puts IPP_CLUSTER_ID in the environment of the controller, mpiexec and every engine."""
-    marker = f"IPP_CLUSTER_ID={cluster_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environment = (entry / "environ").read_bytes().split(b"\0")
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if marker in environment and state != "Z":
-            found.append((int(entry.name), command.strip()))
-    return found
-
-
-def wait_until_gone(cluster_id: str, seconds: float = 30.0) -> list[tuple[int, str]]:
-    deadline = time.monotonic() + seconds
-    left = processes_of_cluster(cluster_id)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = processes_of_cluster(cluster_id)
-    return left
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import wait_until_gone
+from ipp_processes import wait_until_gone
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebooks" / "ringlet_tour.ipynb"
 

@@ -15,7 +15,7 @@ from ipyparallel import interactive
 
 from ringlet import jupyter, run
 
-from conftest import processes_of_cluster, wait_until_gone
+from ipp_processes import processes_of_cluster, wait_until_gone
 
 
 @interactive
@@ -210,7 +210,7 @@ def test_without_mpiexec_the_launcher_of_ringlets_mpi_is_used(monkeypatch):
 
 
 def test_slurm_engines_get_pmix_the_sbatch_args_and_a_controller_they_reach(monkeypatch):
-    """What start() gives ipyparallel's Slurm launcher (tests/emulated_cluster/test_slurm.py runs
+    """What start() gives ipyparallel's Slurm launcher (tests/cluster/test_slurm.py runs
     it under a real Slurm)."""
     recorded = {}
 

@@ -73,7 +73,7 @@ def test_hydra_gets_no_open_mpi_options(launchers: Path, tmp_path: Path):
     launcher = suite.Launcher("mpirun.mpich")
     assert launcher.flavor == "mpich"
     assert launcher.command_line(3, 900) == ["mpirun.mpich", "-n", "3"]
-    # Jobs the tests launch with `mpirun` (tests/failures) get MPICH's launcher too.
+    # Jobs the tests launch with `mpirun` (tests/jobs) get MPICH's launcher too.
     first = launcher.environment["PATH"].split(os.pathsep)[0]
     for name in ("mpirun", "mpiexec"):
         script = Path(first) / name
