@@ -2,7 +2,8 @@
 
 Prints ringlet's version, the MPI library it loaded (path, version string, ABI, and why that
 one), the launcher it sees, the SIMD level of its reduction kernels, whether the node's shared
-memory is available, the frameworks it can use, and where calibrations are cached. Run it
+memory is available, which of the packages its extras name are installed (``pip install
+'ringlet[jax]'`` and the like), and where calibrations are cached. Run it
 alone, or under the launcher (``mpirun -n 2 python -m ringlet.info``: rank 0 prints). It
 initializes MPI to see shared memory and the ranks (``--no-init`` skips that).
 In the spirit of ``horovodrun --check-build`` and ``ompi_info``.
@@ -12,12 +13,40 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import json
+import re
 import sys
 from typing import Any
 
-FRAMEWORKS = ("numpy", "ml_dtypes", "mpi4py", "torch")
+# The distribution's own name, and what every install needs (no extra).
+DISTRIBUTION = "ringlet"
+REQUIRED = "required"
+
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
+
+
+def declared(requires: list[str] | None = None) -> dict[str, list[str]]:
+    """The distributions ringlet depends on, by extra (``REQUIRED`` for those without one):
+    pyproject.toml's ``dependencies`` and ``optional-dependencies``, read from the installed
+    distribution's metadata (``Requires-Dist``, or ``requires`` if given), so that the list is
+    never written twice. Empty when ringlet is not installed as a distribution."""
+    if requires is None:
+        try:
+            requires = importlib.metadata.requires(DISTRIBUTION) or []
+        except importlib.metadata.PackageNotFoundError:
+            return {}
+    extras: dict[str, list[str]] = {}
+    for line in requires:
+        requirement, _, marker = line.partition(";")
+        name = _NAME.match(requirement)
+        if name is None:
+            continue
+        extra = _EXTRA.search(marker)
+        names = extras.setdefault(extra[1] if extra else REQUIRED, [])
+        if name[1] not in names:
+            names.append(name[1])
+    return extras
 
 
 def _version_of(distribution: str) -> str | None:
@@ -27,11 +56,13 @@ def _version_of(distribution: str) -> str | None:
         return None
 
 
-def frameworks() -> dict[str, str | None]:
-    """The version of each framework ringlet can use that is importable here, else None
-    (found without importing them: torch alone takes seconds)."""
-    return {name: (_version_of(name) or "installed") if importlib.util.find_spec(name) else None
-            for name in FRAMEWORKS}
+def extras() -> dict[str, dict[str, str | None]]:
+    """For each extra (and ``REQUIRED``), the installed version of each distribution it names,
+    else None. Looked up by distribution name in the installed metadata, never imported (torch
+    alone takes seconds), so no table maps distributions to the modules they provide (ml-dtypes
+    to ml_dtypes, scikit-learn to sklearn, tensorflow-cpu to tensorflow)."""
+    return {extra: {name: _version_of(name) for name in names}
+            for extra, names in declared().items()}
 
 
 def gather(initialize: bool = True) -> dict[str, Any]:
@@ -47,7 +78,7 @@ def gather(initialize: bool = True) -> dict[str, Any]:
         "mpi": library,
         "launcher": library.pop("launcher"),
         "simd": _core.kernel_level(),
-        "frameworks": frameworks(),
+        "extras": extras(),
         "calibration_cache": str(calibration.cache_dir()),
     }
     if initialize:
@@ -90,9 +121,13 @@ def render(report: dict[str, Any]) -> str:
         "not checked (--no-init)" if shm is None
         else "available" if shm["available"] else f"not available: {shm['why_not']}"))
     lines.append(f"SIMD kernels       {report['simd']}")
-    lines.append("frameworks         " + ", ".join(
-        f"{name} {version}" if version else f"{name} (not installed)"
-        for name, version in report["frameworks"].items()))
+    if not report["extras"]:
+        lines.append(f"packages           unknown: no metadata of the {DISTRIBUTION} distribution")
+    for extra, packages in report["extras"].items():
+        label = "packages" if extra == REQUIRED else f"  [{extra}]"
+        lines.append(f"{label:<19}" + ", ".join(
+            f"{name} {version}" if version else f"{name} (not installed)"
+            for name, version in packages.items()))
     lines.append(f"calibration cache  {report['calibration_cache']}")
     return "\n".join(lines)
 

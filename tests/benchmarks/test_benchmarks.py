@@ -1,6 +1,7 @@
-"""The benchmarks, briefly: each runs as `make bench-train` and the README run it, and reports
-what RESULTS.md quotes. Plain pytest; each test launches its own `mpirun -n 2` job. Timings are
-not checked (a shared machine cannot), only that the numbers exist and that the work is right.
+"""The benchmarks, briefly: each runs as `make bench-train` and docs/performance.md run it, and
+reports what RESULTS.md quotes. Plain pytest; each test launches its own `mpirun -n 2` job.
+Timings are not checked (a shared machine cannot), only that the numbers exist and that the work
+is right.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def test_a_host_cut_off_mid_allreduce_ends_the_job(job):
     naming the host. The cut-off rank, which mpirun cannot reach, is ended by its own daemon
     (keepalive too) or gives up after RINGLET_TIMEOUT and ends itself when its MPI_Abort cannot
     (the abort's grace). No rank is left running; the cut-off host's daemon may be (the
-    launcher's or scheduler's to clean, README), and the test ends it."""
+    launcher's or scheduler's to clean, docs/guide/failures.md), and the test ends it."""
     fault = job(env={"RINGLET_TIMEOUT": str(TIMEOUT), "RINGLET_STALL_WARNING": "2"})
     fault.start()
     fault.wait_ready()

@@ -1,7 +1,7 @@
-"""The README's promise, for every collective: when ranks disagree on a call (shape, dtype, op,
-algorithm, root, counts, order), every rank raises MismatchError naming who passed what, no
-data changes, and the ranks stay in step. The last rank is the odd one out; the suite runs this
-at 2, 3, 4, 5 and 8 ranks."""
+"""The promise of docs/guide/failures.md, for every collective: when ranks disagree on a call
+(shape, dtype, op, algorithm, root, counts, order), every rank raises MismatchError naming who
+passed what, no data changes, and the ranks stay in step. The last rank is the odd one out; the
+suite runs this at 2, 3, 4, 5 and 8 ranks."""
 
 from __future__ import annotations
 

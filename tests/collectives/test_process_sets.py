@@ -239,8 +239,9 @@ def test_auto_in_a_set_keeps_working_after_a_change_of_settings(size: int) -> No
 
 
 def test_selector_choice_and_refinements_read_a_sets_own_table(size: int) -> None:
-    """README: ``selector.choice`` says what auto runs now, and ``refinements(process_set)``
-    what a set's table has played; neither starts a collective on a set."""
+    """docs/guide/algorithms.md: ``selector.choice`` says what auto runs now, and
+    ``refinements(process_set)`` what a set's table has played; neither starts a collective on
+    a set."""
     everyone = ringlet.add_process_set(list(range(size)))
     try:
         x = np.ones(50_000, dtype=np.float32)

@@ -1,12 +1,15 @@
-//! README.md's algorithm table is generated from the registry: one row per registered allreduce
-//! (its name, `description()` and `best_for()`), then `auto`, between two marker comments. The
-//! test fails with a diff when README.md differs; `RINGLET_BLESS=1 cargo test --test readme`
-//! rewrites the region (and only it).
+//! The algorithm table of the docs' "Choosing algorithms" page (`PAGE`) is generated from the
+//! registry: one row per registered allreduce (its name, `description()` and `best_for()`), then
+//! `auto`, between two marker comments. The test fails with a diff when the page differs;
+//! `RINGLET_BLESS=1 cargo test --test readme` rewrites the region (and only it).
 
 use _core::schedules::{
     Algorithm, ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCE, REDUCE_SCATTER,
 };
 use std::path::Path;
+
+/// The page that holds the table, from the repository's root.
+const PAGE: &str = "docs/guide/algorithms.md";
 
 const BEGIN: &str = "<!-- algorithms: generated from src/schedules by tests/core/readme.rs; \
                      RINGLET_BLESS=1 cargo test --test readme rewrites it -->";
@@ -36,8 +39,8 @@ fn region() -> String {
     format!("\n\n{}\n\n", allreduce_table())
 }
 
-/// A line diff of `old` against `new` (longest common subsequence): `-` README.md's lines the
-/// registry no longer gives, `+` the registry's lines README.md lacks.
+/// A line diff of `old` against `new` (longest common subsequence): `-` the page's lines the
+/// registry no longer gives, `+` the registry's lines the page lacks.
 fn diff(old: &str, new: &str) -> String {
     let (a, b): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
     let mut common = vec![vec![0usize; b.len() + 1]; a.len() + 1];
@@ -66,40 +69,40 @@ fn diff(old: &str, new: &str) -> String {
     out
 }
 
-/// README.md's text before, inside and after the markers.
-fn split(readme: &str) -> (&str, &str, &str) {
+/// The page's text before, inside and after the markers.
+fn split(page: &str) -> (&str, &str, &str) {
     assert_eq!(
-        readme.matches(BEGIN).count(),
+        page.matches(BEGIN).count(),
         1,
-        "README.md must hold the line {BEGIN:?} once, where the allreduce table goes"
+        "{PAGE} must hold the line {BEGIN:?} once, where the allreduce table goes"
     );
     assert_eq!(
-        readme.matches(END).count(),
+        page.matches(END).count(),
         1,
-        "README.md must hold the line {END:?} once, after the allreduce table"
+        "{PAGE} must hold the line {END:?} once, after the allreduce table"
     );
-    let start = readme.find(BEGIN).unwrap() + BEGIN.len();
-    let end = readme.find(END).unwrap();
-    assert!(start <= end, "{END:?} comes before {BEGIN:?} in README.md");
-    (&readme[..start], &readme[start..end], &readme[end..])
+    let start = page.find(BEGIN).unwrap() + BEGIN.len();
+    let end = page.find(END).unwrap();
+    assert!(start <= end, "{END:?} comes before {BEGIN:?} in {PAGE}");
+    (&page[..start], &page[start..end], &page[end..])
 }
 
 #[test]
-fn the_readme_algorithm_table_is_the_registrys() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(&path).expect("README.md");
-    let (before, current, after) = split(&readme);
+fn the_docs_algorithm_table_is_the_registrys() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PAGE);
+    let page = std::fs::read_to_string(&path).expect(PAGE);
+    let (before, current, after) = split(&page);
     let wanted = region();
     if current == wanted {
         return;
     }
     if std::env::var("RINGLET_BLESS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, format!("{before}{wanted}{after}")).expect("rewrite README.md");
-        eprintln!("README.md: the algorithm table rewritten from the registry");
+        std::fs::write(&path, format!("{before}{wanted}{after}")).expect(PAGE);
+        eprintln!("{PAGE}: the algorithm table rewritten from the registry");
         return;
     }
     panic!(
-        "README.md's algorithm table is not the registry's (descriptions live in \
+        "{PAGE}'s algorithm table is not the registry's (descriptions live in \
          src/schedules/<algorithm>.rs; RINGLET_BLESS=1 cargo test --test readme rewrites it):\n{}",
         diff(current.trim(), wanted.trim())
     );

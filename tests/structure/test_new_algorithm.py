@@ -2,7 +2,7 @@
 project gets `examples/new_algorithm/direct.rs` as `src/schedules/direct.rs` and one line in the
 ALLREDUCE registry; built, the new algorithm appears in `ringlet.ALGORITHMS`, reduces correctly
 under mpirun, is a candidate in `explain()`, and runs in the benchmark; the copy's exhaustive,
-property and simulator tests run it, and its README table generator gives it a row. Plain
+property and simulator tests run it, and the docs' algorithm table generator gives it a row. Plain
 pytest (it builds and launches jobs itself)."""
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "src/schedules/mod.rs"
 LAST_ALLREDUCE_ENTRY = "        mpi::Mpi,\n"
+# The docs page whose algorithm table tests/core/readme.rs generates.
+ALGORITHM_TABLE = "docs/guide/algorithms.md"
 
 
 def copy_project(into: Path) -> None:
-    for name in ("Cargo.toml", "Cargo.lock", "build.rs", "README.md"):
+    for name in ("Cargo.toml", "Cargo.lock", "build.rs", ALGORITHM_TABLE):
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, into / name)
     for name in ("src", "python", "benches", "tests"):
         shutil.copytree(ROOT / name, into / name,
@@ -105,14 +108,14 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     assert any(len(row) > 2 and row[1] == "direct" for row in rows), bench.stdout
 
     # The Rust tests walk the registries: in the copy, with no other edit, the exhaustive and
-    # property tests of tests/schedules.rs and tests/properties.rs and the simulator's test run
+    # property tests of tests/core/schedules.rs and tests/core/properties.rs and the simulator's test run
     # `direct` (narrowed to it by RINGLET_TEST_ALGORITHMS; each prints what it covered), and
-    # tests/readme.rs, blessed, gives README's table a `direct` row. Same target directory and
+    # tests/core/readme.rs, blessed, gives the docs' table a `direct` row. Same target directory and
     # profile as the build above: only the test binaries compile.
     rust_tests = subprocess.run(
         ["cargo", "test", "--quiet", "--test", "schedules", "--test", "properties",
          "--test", "simulate", "--test", "readme", "--",
-         "every_schedule_is_exact", "any_schedule", "recorded_traffic", "readme_algorithm_table",
+         "every_schedule_is_exact", "any_schedule", "recorded_traffic", "docs_algorithm_table",
          "--nocapture"],
         cwd=tree, env={**env, "RINGLET_TEST_ALGORITHMS": "direct", "RINGLET_BLESS": "1"},
         text=True, capture_output=True, timeout=1800,
@@ -127,5 +130,6 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     passed = [line for line in report.splitlines() if line.startswith("test result: ok.")]
     assert len(passed) == 4 and all(not line.startswith("test result: ok. 0 passed")
                                     for line in passed), report
-    readme = changed_lines((ROOT / "README.md").read_text(), (tree / "README.md").read_text())
-    assert len(readme) == 1 and readme[0].startswith("+| `direct` | every rank sends"), readme
+    table = changed_lines((ROOT / ALGORITHM_TABLE).read_text(),
+                          (tree / ALGORITHM_TABLE).read_text())
+    assert len(table) == 1 and table[0].startswith("+| `direct` | every rank sends"), table

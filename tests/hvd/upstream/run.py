@@ -52,9 +52,9 @@ EXCLUSIONS = [HERE / "exclusions.toml", HERE / "exclusions_torch.toml"]
 CATEGORIES = {
     "gpu": "needs a GPU (ringlet reduces CPU tensors)",
     "removed-api": "uses a TensorFlow 1 or Keras 2 API that TensorFlow 2.21 / Keras 3 removed",
-    "deliberate": "ringlet differs from Horovod on purpose (README: Migrating from Horovod)",
+    "deliberate": "ringlet differs from Horovod on purpose (docs/guide/horovod.md)",
     "stack": "fails on TensorFlow 2.21 / NumPy 2 whatever the backend, for another reason",
-    "missing": "a feature the README's migration table lists as not supported (named)",
+    "missing": "a feature docs/guide/horovod.md's migration table lists as not supported",
     "timing": "asserts a timing that Horovod's coordinator happens to give, not a result",
     "rank-count": "its own reference cannot hold at this rank count whatever the backend",
 }
