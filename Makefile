@@ -1,10 +1,18 @@
 # ringlet: two commands do everything on a fresh machine (README):
 #   make run    install what is missing, build, run the main job
-#   make test   the same set-up, then every test (Rust and Python, 1 to 8 ranks: TEST_SIZES)
+#   make test   the same set-up, then every promise tested, each by a representative slice (CI)
+# The three tiers of tests (tests/README.md maps tests/ to them):
+#   make check     the loop while you work, at most 5 minutes after a build: fmt, one clippy, the
+#                  Rust tests, ruff, stubtest, the structure tests, the core and Horovod suites
+#                  at 2 and 3 ranks (tests marked slow left out)
+#   make test      the README's command, which CI runs: at most 25 minutes from a fresh clone
+#   make test-all  everything: every rank count, every cluster layout, the wheel matrix,
+#                  Horovod's whole files, MPICH and Open MPI 5 in full (before changing the
+#                  core's schedules or runtime)
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
-#   make test-jax  ringlet.jax at 1 to 4 ranks (make test runs it); make bench-jax against mpi4jax
-#   make test-tf   ringlet.hvd.tensorflow at 2 and 3 ranks (make test runs it)
-#   make test-keras  ringlet.hvd.keras at 2 ranks on each Keras backend (make test runs it)
+#   make test-jax  ringlet.jax (make test: 2 and 3 ranks); make bench-jax against mpi4jax
+#   make test-tf   ringlet.hvd.tensorflow (make test: 2 ranks)
+#   make test-keras  ringlet.hvd.keras at 2 ranks on each Keras backend (make test: a slice)
 #   make test-horovod-tf  Horovod's own TensorFlow tests at 2 ranks (make test: a quick slice)
 #   make test-horovod     Horovod's test_torch.py, one job at 2 and at 3 ranks (-quick: a slice)
 #   make bench-tf  against tf.distribute.MultiWorkerMirroredStrategy
@@ -42,11 +50,27 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := run
 
 NP ?= 2
-# Rank counts for the MPI test suite (more than the cores: Open MPI oversubscribes below): one
+# Rank counts for the MPI test suites (more than the cores: Open MPI oversubscribes below): one
 # rank, a pair, the non-powers of two 3 and 5 (the fold of halving-doubling), and 8 (three
-# levels); 4 adds little to 2 and 8 and costs minutes (make test-python TEST_SIZES="1 2 3 4 5 8"
-# runs it too; the in-process Rust tests cover every count up to 17, then 24 and 32).
-TEST_SIZES ?= 1 2 3 5 8
+# levels). make test runs the suites whole at TEST_SIZES and the collectives' slice at
+# TEST_SLICE_SIZES; make test-all everything at ALL_TEST_SIZES (the in-process Rust tests cover
+# every count up to 17, then 24 and 32).
+TEST_SIZES ?= 1 2 3
+TEST_SLICE_SIZES ?= 5 8
+ALL_TEST_SIZES ?= 1 2 3 4 5 8
+CHECK_SIZES ?= 2 3
+# The suites of ringlet's own API and of ringlet.hvd (NumPy and torch) under mpirun.
+MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
+# What runs at 5 and 8 ranks in make test: the collectives, whose algorithms change shape with
+# the rank count (folds of non-powers of two, three levels of halving).
+MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collectives.py \
+	tests/collectives/test_reduce.py tests/collectives/test_mismatch.py
+# What runs on the other MPIs in make test (MPICH, Open MPI 5), beside an allreduce slice: what
+# touches the MPI library's own behaviour (communicators, shared memory, ranks that leave).
+MPI_OTHER_MPI_SLICE := tests/collectives/test_process_sets.py tests/collectives/test_join.py \
+	tests/collectives/test_shared_memory.py tests/collectives/test_departure.py
+# The single-process suites (they launch jobs themselves, or none).
+PLAIN_SUITES := tests/jobs tests/tooling tests/structure tests/benchmarks tests/jupyter tests/docs
 RUST_SOURCES := $(shell find src -name '*.rs' -o -name '*.c') Cargo.toml build.rs
 PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed)
 comma := ,
@@ -61,7 +85,10 @@ MPIRUN := mpirun.mpich
 # MPICH busy-polls: with more ranks than cores each collective costs milliseconds (a
 # timeslice), not microseconds, and the suite's 10^5-call test alone takes 10-15 minutes per
 # rank count. So the rank counts up to the number of cores, unless TEST_SIZES is given.
-TEST_SIZES := $(shell for n in $(TEST_SIZES); do [ $$n -le $$(nproc) ] && echo $$n; done)
+cores_only = $(shell for n in $(1); do [ $$n -le $$(nproc) ] && echo $$n; done)
+TEST_SIZES := $(call cores_only,$(TEST_SIZES))
+TEST_SLICE_SIZES := $(call cores_only,$(TEST_SLICE_SIZES))
+ALL_TEST_SIZES := $(call cores_only,$(ALL_TEST_SIZES))
 # The set-up checks the default MPI and MPICH (MPICC=mpicc.mpich before MPICH is installed
 # would be an error).
 SYSTEM_DEPS := MPICC= bash tools/install_system_deps.sh --mpich
@@ -105,7 +132,8 @@ export CARGO_TARGET_DIR := $(CURDIR)/target/mpi/$(MPI_KEY)
 # their installed extension.
 BUILD_STAMP := $(STAMPS)/build-$(if $(FROM_WHEEL),wheel,$(MPI_KEY))-$(subst $(comma),+,$(EXTRAS))
 
-.PHONY: run quickstart test setup build test-rust test-python test-jax lint stubtest docs bench bench-train \
+.PHONY: run quickstart test check test-all setup build test-rust test-python test-python-all \
+	test-jax test-jax-all lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	validate-simulator \
 	test-mpich test-mpich-quick mpich-quick-slice wheel sdist test-wheels test-wheels-quick \
@@ -155,10 +183,23 @@ bench-jax: setup
 	$(MPIRUN) -n 2 $(PYTHON) benchmarks/jax_bench.py --markdown --input computed --no-train \
 		$(JAX_BENCH_ARGS)
 
-# The MPICH slice last: it builds ringlet a second time, against MPICH.
+# ---- The three tiers (tests/README.md) ----
+# The MPICH slice late: it builds ringlet a second time, against MPICH.
 test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
+
+# RINGLET_TEST_QUICK: the Rust tests' exhaustive walks take their representative rank counts
+# (tests/core/common/mod.rs).
+check: export RINGLET_TEST_QUICK := 1
+check: setup test-rust lint stubtest
+	$(PYTHON) -m pytest -q --color=no -p no:cacheprovider -m "not slow" tests/structure
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(CHECK_SIZES) -q \
+		--color=no -m "not slow" $(MPI_SUITES)
+
+test-all: setup test-rust memcheck lint stubtest test-python-all test-jax-all test-tf-all \
+	test-keras test-horovod-tf test-horovod test-cluster test-mpich test-mpich-quick \
+	test-wheels test-openmpi5
 
 HOSTS ?= 4
 RATE ?= 1gbit
@@ -264,9 +305,9 @@ endif
 
 build: setup
 
+# One clippy, with the test hooks: no code depends on their being off.
 test-rust: $(STAMPS)/system
 	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features test-hooks -- -D warnings
 	cargo test
 
@@ -293,28 +334,39 @@ stubtest: setup
 # tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
 # run each benchmark briefly and check what it reports; tests/jupyter start ipyparallel MPI
 # engines and execute the tour notebook; tests/docs build the site (mkdocs build --strict).
+# The MPI suites whole at TEST_SIZES, then the collectives' slice at TEST_SLICE_SIZES.
 test-python: setup
-	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--plain tests/jobs tests/tooling tests/structure tests/benchmarks tests/jupyter \
-		tests/docs --sizes $(TEST_SIZES) -q \
-		--color=no tests/collectives
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --plain $(PLAIN_SUITES) \
+		--sizes $(TEST_SIZES) -q --color=no $(MPI_SUITES)
+	$(if $(TEST_SLICE_SIZES),$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
+		--sizes $(TEST_SLICE_SIZES) -q --color=no $(MPI_SLICE))
 
-# ringlet.jax at 1 to 4 ranks (tests/jax: inside and outside jax.jit, gradients, order).
-JAX_TEST_SIZES ?= 1 2 3 4
+test-python-all: setup
+	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --plain $(PLAIN_SUITES) \
+		--sizes $(ALL_TEST_SIZES) -q --color=no $(MPI_SUITES)
+
+# ringlet.jax (tests/jax: inside and outside jax.jit, gradients, order).
+JAX_TEST_SIZES ?= 2 3
 test-jax: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(JAX_TEST_SIZES) -q \
 		--color=no tests/jax
 
+test-jax-all:
+	$(MAKE) --no-print-directory test-jax JAX_TEST_SIZES="1 2 3 4"
+
 # ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function.
-TF_TEST_SIZES ?= 2 3
-.PHONY: test-tf
+TF_TEST_SIZES ?= 2
+.PHONY: test-tf test-tf-all
 test-tf: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
 		--color=no tests/hvd/tensorflow
 
+test-tf-all:
+	$(MAKE) --no-print-directory test-tf TF_TEST_SIZES="2 3"
+
 # The same targets against MPICH (its own stamps, venv and target directory).
 test-mpich:
-	$(MAKE) --no-print-directory MPICH=1 test-python
+	$(MAKE) --no-print-directory MPICH=1 test-python-all
 
 # Through the wheel (its MPICH-ABI core, on Debian's MPICH): make test-mpich builds from source.
 test-mpich-quick: $(WHEEL_STAMP)
@@ -323,8 +375,7 @@ test-mpich-quick: $(WHEEL_STAMP)
 mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
-		tests/collectives/test_allreduce.py tests/collectives/test_process_sets.py tests/collectives/test_join.py \
-		tests/collectives/test_shared_memory.py tests/collectives/test_departure.py
+		tests/collectives/test_allreduce.py $(MPI_OTHER_MPI_SLICE)
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
@@ -377,16 +428,18 @@ $(OMPI5_STAMP): $(WHEEL_STAMP) | $(STAMPS)/uv
 
 test-openmpi5: test-openmpi5-single test-openmpi5-cluster
 
+# make test's share: the collectives' slice, process sets, join, departure and shared memory at
+# 2 ranks (the same code as test-python, on another MPI); test-openmpi5-single runs them all.
 test-openmpi5-quick: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) tests/run_mpi_suite.py --launcher $(CURDIR)/$(OMPI5_VENV)/bin/mpirun \
-		--sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/collectives
+		--sizes 2 -q --color=no $(OMPI5_NO_HOOKS) $(MPI_SLICE) $(MPI_OTHER_MPI_SLICE)
 
 # ringletrun without the variables that oversubscribe by themselves: 3 ranks on this machine's
 # cores only if it spells 5's oversubscription itself (quickstart checks every result).
 test-openmpi5-single: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) tests/run_mpi_suite.py --launcher $(CURDIR)/$(OMPI5_VENV)/bin/mpirun \
 		--plain tests/tooling/test_launchers.py tests/tooling/test_ringletrun.py \
-		tests/jupyter/test_start.py --sizes 2 -q --color=no $(OMPI5_NO_HOOKS) tests/collectives
+		tests/jupyter/test_start.py --sizes 2 -q --color=no $(OMPI5_NO_HOOKS) $(MPI_SUITES)
 	$(OMPI5_ENV) RINGLET_CACHE_DIR=$(CURDIR)/build/test-cache/openmpi5-ringletrun \
 		env -u OMPI_MCA_rmaps_base_oversubscribe -u PRTE_MCA_rmaps_default_mapping_policy \
 		$(OMPI5_VENV)/bin/ringletrun --verbose -np 3 $(OMPI5_PYTHON) examples/quickstart.py

@@ -49,6 +49,9 @@ class CurrentTest:
 
 def main() -> int:
     rank = launcher_rank()
+    # Tells a folder's conftest that this pytest is one rank of a job (tests/jupyter collects
+    # its engines/ tests only then).
+    os.environ["RINGLET_TEST_RANK"] = str(rank)
     report_dir = Path(os.environ.get("RINGLET_TEST_REPORTS", "build/test-reports"))
     report_dir.mkdir(parents=True, exist_ok=True)
     if rank != 0:

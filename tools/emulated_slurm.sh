@@ -79,14 +79,23 @@ stop_daemon() {
 # without the cgroup hierarchies that slurmd's cgroup plugin must find to start, even with
 # proctrack/linuxproc), and with a /tmp of its own: Slurm's PMIx plugin makes
 # /tmp/spmix_appdir_<uid>_<step> on every node of a step, which one shared /tmp refuses.
+# A checkout under /tmp stays where it is: the folder of /tmp that holds it (with ../shared
+# beside it) is bound into the host's own /tmp first, at the same path.
 on_host() {
-  local node=$PREFIX$1
+  local node=$PREFIX$1 keep=
   shift
   mkdir -p "$STATE/$node/tmp"
   chmod 1777 "$STATE/$node/tmp"
+  if [[ $REPO == /tmp/* ]]; then
+    keep=${REPO#/tmp/}
+    keep=${keep%%/*}
+    mkdir -p "$STATE/$node/tmp/$keep"
+  fi
   nsenter --net="/run/netns/$node" unshare --mount --uts -- sh -c \
-    'mount --bind "/etc/netns/$0/hosts" /etc/hosts && mount --bind "$1" /tmp && hostname "$0" &&
-     shift && exec "$@"' "$node" "$STATE/$node/tmp" "$@"
+    'mount --bind "/etc/netns/$0/hosts" /etc/hosts &&
+     { [ -z "$2" ] || mount --bind "/tmp/$2" "$1/$2"; } &&
+     mount --bind "$1" /tmp && hostname "$0" &&
+     shift 2 && exec "$@"' "$node" "$STATE/$node/tmp" "$keep" "$@"
 }
 
 hosts_of_cluster() {

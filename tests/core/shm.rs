@@ -55,7 +55,7 @@ fn check(n: usize, count: usize, dtype: DType, op: ReduceOp, parts: Option<Vec<u
 #[test]
 fn shm_is_exact_on_both_paths_for_every_dtype_and_op() {
     yield_while_waiting();
-    for n in [1usize, 2, 3, 4, 5, 8] {
+    for n in walked_rank_counts(&[1, 2, 3, 4, 5, 8]) {
         for dtype in DType::ALL {
             for count in counts(n, dtype) {
                 for op in ReduceOp::ALL {

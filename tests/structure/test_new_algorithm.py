@@ -108,7 +108,8 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     assert any(len(row) > 2 and row[1] == "direct" for row in rows), bench.stdout
 
     # The Rust tests walk the registries: in the copy, with no other edit, the exhaustive and
-    # property tests of tests/core/schedules.rs and tests/core/properties.rs and the simulator's test run
+    # property tests of tests/core/schedules.rs and tests/core/properties.rs and the simulator's
+    # test run
     # `direct` (narrowed to it by RINGLET_TEST_ALGORITHMS; each prints what it covered), and
     # tests/core/readme.rs, blessed, gives the docs' table a `direct` row. Same target directory and
     # profile as the build above: only the test binaries compile.
