@@ -10,8 +10,7 @@ use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
 use crate::runtime::reduce::Data;
 use crate::runtime::selection::{self, Basis};
-use crate::runtime::simulate::network::{Link, Network};
-use crate::runtime::{self, DType, ReduceOp, Tiered};
+use crate::runtime::{self, DType, Link, Network, ReduceOp, Tiered};
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -440,9 +439,7 @@ fn simulate(
         half_duplex,
     };
     let outcome = detached(py, || {
-        runtime::simulate::simulate_placed(
-            collective, algorithm, &labels, nbytes, node_major, &network,
-        )
+        runtime::simulate(collective, algorithm, &labels, nbytes, node_major, &network)
     })?;
     let pairs = |v: &[[u64; 2]]| v.iter().map(|l| (l[0], l[1])).collect::<Vec<_>>();
     let (links, groups) = (pairs(&outcome.link_bytes), pairs(&outcome.group_bytes));
@@ -463,7 +460,7 @@ type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64, Vec<(u64, u64)>
 /// run outside MPI or shared memory, and say so when simulated).
 #[pyfunction]
 fn simulated_algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
-    Ok(runtime::simulate::algorithms(collective)?)
+    Ok(runtime::simulated_algorithms(collective)?)
 }
 
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
@@ -723,7 +720,7 @@ fn kernel_level() -> &'static str {
 /// Per algorithm: (calls, bytes, seconds) of this process's allreduces since the last reset.
 #[pyfunction]
 fn stats() -> Vec<(&'static str, u64, u64, f64)> {
-    runtime::stats::snapshot()
+    runtime::stats()
         .into_iter()
         .map(|(name, u)| (name, u.calls, u.bytes, u.seconds))
         .collect()
@@ -731,12 +728,12 @@ fn stats() -> Vec<(&'static str, u64, u64, f64)> {
 
 #[pyfunction]
 fn reset_stats() {
-    runtime::stats::reset();
+    runtime::reset_stats();
 }
 
 #[pyfunction]
 fn set_stats_enabled(enabled: bool) {
-    runtime::stats::set_enabled(enabled);
+    runtime::set_stats_enabled(enabled);
 }
 
 /// Key this thread's collectives by `key` (a hash of the Python thread's name) in the
