@@ -52,7 +52,8 @@ def gather(initialize: bool = True) -> dict[str, Any]:
     }
     if initialize:
         ringlet.init()
-        available, why_not, _ = _core.shared_memory(0)
+        shared = _core.shared_memory(0)
+        available, why_not = shared.available, shared.reason
         report["rank"] = ringlet.rank()
         report["ranks"] = ringlet.size()
         report["hosts"] = ringlet.topology().hosts
