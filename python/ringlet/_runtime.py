@@ -79,15 +79,16 @@ def _mpi4py_comm_handle(comm: Any) -> int:
     return int(comm.py2f())
 
 
-_thread_state = threading.local()
+# Per thread: whether it registered its key (allreduce's fast path reads it inline).
+thread_state = threading.local()
 
 
 def register_thread() -> None:
     """Key this Python thread's collectives by its name (once per thread): the consistency
     check then tells two threads' calls apart across ranks."""
-    if not getattr(_thread_state, "registered", False):
+    if not getattr(thread_state, "registered", False):
         _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
-        _thread_state.registered = True
+        thread_state.registered = True
 
 
 @contextlib.contextmanager
@@ -97,7 +98,7 @@ def as_caller(name: str) -> Iterator[None]:
     program's collectives on pool threads whose names differ between ranks (TensorFlow's graph
     executor): each rank's collectives under one ``name`` still pair up in order."""
     _core.set_thread_key(zlib.crc32(f"caller:{name}".encode()))
-    _thread_state.registered = True
+    thread_state.registered = True
     try:
         yield
     finally:
