@@ -11,7 +11,7 @@ from ._arrays import as_array, check_out, fill, refused_together
 from ._collectives import check_algorithm
 from ._dtypes import check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import thread_state, register_thread
+from ._runtime import register_thread, thread_state
 
 
 def allreduce(

@@ -42,6 +42,24 @@ import numpy as np
 from . import _core
 from ._dtypes import SUPPORTED_DTYPES
 
+__all__ = [
+    "CACHE_FORMAT",
+    "CALIBRATION_BUDGET",
+    "CALIBRATION_SIZES",
+    "LARGE_CALIBRATION_SIZE",
+    "Calibration",
+    "cache_dir",
+    "cache_path",
+    "cached",
+    "calibration_key",
+    "choose_message_pieces",
+    "ensure_installed",
+    "installed",
+    "parameters",
+    "recalibrate",
+    "uninstall",
+]
+
 CACHE_FORMAT = 6  # bump when the calibration procedure or the file's layout changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
                      16 << 20)

@@ -17,6 +17,14 @@ import json
 import sys
 from typing import Any
 
+__all__ = [
+    "FRAMEWORKS",
+    "frameworks",
+    "gather",
+    "main",
+    "render",
+]
+
 FRAMEWORKS = ("numpy", "ml_dtypes", "mpi4py", "torch")
 
 

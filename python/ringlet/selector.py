@@ -39,6 +39,17 @@ from ._dtypes import SUPPORTED_DTYPES, check_op, dtype_name
 from ._membership import ProcessSet, place
 from ._runtime import init
 
+__all__ = [
+    "ALGORITHMS",
+    "Candidate",
+    "Explanation",
+    "calibrate",
+    "choice",
+    "explain",
+    "prepare",
+    "refinements",
+]
+
 ALGORITHMS = tuple(_core.algorithms("allreduce"))
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
 registers them."""

@@ -53,6 +53,24 @@ from typing import Any
 
 from . import _core
 
+__all__ = [
+    "COLLECTIVES",
+    "COPY_TRAFFIC",
+    "PLACEMENTS",
+    "Result",
+    "algorithms",
+    "build_parser",
+    "main",
+    "parse_bandwidth",
+    "parse_latency",
+    "parse_link",
+    "parse_size",
+    "placement_labels",
+    "plot",
+    "simulate",
+    "table",
+]
+
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter")
 PLACEMENTS = ("block", "round-robin")
 COPY_TRAFFIC = 3

@@ -35,9 +35,9 @@ import numpy as np
 from .. import _core, selector
 from .._allreduce import allreduce as _numpy_allreduce
 from .._arrays import aligned_empty
-from .._collectives import check_root, check_algorithm
 from .._collectives import allgather as _numpy_allgather
 from .._collectives import broadcast as _numpy_broadcast
+from .._collectives import check_algorithm, check_root
 from .._collectives import reduce_scatter as _numpy_reduce_scatter
 from .._core import MismatchError, RingletError
 from .._dtypes import check_op
