@@ -984,29 +984,72 @@ BACK_EDGES = {
         "src/schedules/mpi_reduce.rs:1 downcast"),
     "bindings/errors.rs": ("use crate::dtype::DType as _direct;",
                            "src/bindings/errors.rs uses crate::dtype"),
+    # shm.rs named the Transport trait, whose `shared()` names shm's SharedMemory.
+    "transport/shm.rs": ("use super::Transport as _back;", "mod.rs -> shm.rs -> mod.rs"),
+    # The runtime handed the bindings whole modules, and they went through them.
+    "runtime/mod.rs": ("pub use crate::{simulate, stats};",
+                       "src/runtime/mod.rs:1 re-exports the module crate::simulate"),
+    "bindings/mod.rs": ("use crate::runtime::simulate::network::Link as _back;",
+                        "uses crate::simulate through the runtime's re-export of a module"),
+    "bindings/handles.rs": ("#[pyfunction] fn _row() -> PyResult<(usize, usize, Vec<String>)> {}",
+                            "src/bindings/handles.rs:1 _row returns a row as a tuple"),
+    "lib.rs": ("//! - [`runtime`]: the collectives; [`worker`]: the queue; [`auto`]: decisions.",
+               "src/lib.rs describes the layers itself"),
 }
-"""Per file: a line that brings back one of the tangles these checks were written against,
-and what the failure must say."""
+"""Per file of src/: a line that brings back one of the tangles these checks were written
+against, and what the failure must say."""
+
+PY_BACK_EDGES = {
+    "_allreduce.py": ("from ._runtime import _thread_state",
+                      "ringlet._allreduce:1 imports the private name _thread_state of "
+                      "ringlet._runtime"),
+    "jax/__init__.py": ("from .._collectives import _check_root",
+                        "ringlet.jax:1 imports the private name _check_root of "
+                        "ringlet._collectives"),
+    "calibration.py": (("__all__ = [", "_public = ["), "ringlet.calibration has no __all__"),
+    "_core.pyi": (("def group(process_set: int = 0) -> Group:",
+                   "def group(process_set: int = 0) -> tuple[int, int, list[str]]:"),
+                  "group returns a row as a tuple"),
+    "_dtypes.py": ("from . import simulate as _up",
+                   "ringlet._dtypes imports ringlet.simulate, which is not below it"),
+}
+"""The same for the Python package: a line put first, or (old, new) text replaced."""
+
+
+def put_back(root: Path, edges: dict) -> None:
+    for relative, (change, _) in edges.items():
+        path = root / relative
+        text = path.read_text()
+        if isinstance(change, tuple):
+            assert change[0] in text, f"{relative} has no {change[0]!r} to put the tangle back in"
+            path.write_text(text.replace(change[0], change[1]))
+        else:
+            path.write_text(change + "\n" + text)
 
 
 @pytest.mark.skipif("RINGLET_STRUCTURE_SRC" in os.environ, reason="the copy's own run")
 def test_the_checks_catch_the_tangles_they_were_written_against(tmp_path):
-    """A copy of the sources with each old tangle put back: a runtime circle (call -> process),
-    the transport's mpi <-> mpi_shm, the mpi crate in the runtime and in a schedule, a schedule
-    that downcasts its transport, the bindings past the runtime. Every one is reported; the
-    real tree passes the same checks."""
+    """A copy of the sources and of the Python package with each old tangle put back: a runtime
+    circle (call -> process), the transport's mpi <-> mpi_shm and mod.rs <-> shm, the mpi
+    crate in the runtime and in a schedule, a schedule that downcasts its transport, the
+    bindings past the runtime (directly, or through a module the runtime re-exports), a row as
+    a tuple (in the bindings and in the stub), lib.rs's own layer list, private names taken
+    across modules, a public module without __all__, an import up the Python table. Every one
+    is reported; the real tree passes the same checks."""
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy)
-    for relative, (line, _) in BACK_EDGES.items():
-        path = copy / relative
-        path.write_text(line + "\n" + path.read_text())
+    put_back(copy, BACK_EDGES)
+    package = tmp_path / "python" / "ringlet"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    put_back(package, PY_BACK_EDGES)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
          "-k", "not catch_the_tangles"],
-        env={**os.environ, "RINGLET_STRUCTURE_SRC": str(copy)}, cwd=ROOT,
-        capture_output=True, text=True, timeout=300)
+        env={**os.environ, "RINGLET_STRUCTURE_SRC": str(copy),
+             "RINGLET_STRUCTURE_PACKAGE": str(package)},
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0, run.stdout
-    for relative, (_, reported) in BACK_EDGES.items():
+    for relative, (_, reported) in [*BACK_EDGES.items(), *PY_BACK_EDGES.items()]:
         assert reported in run.stdout, f"{relative}: {reported!r} not reported\n{run.stdout}"
 
 
