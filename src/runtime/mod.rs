@@ -221,6 +221,7 @@ pub fn stats() -> Vec<(&'static str, Usage)> {
     crate::stats::snapshot()
 }
 
+/// Start [`stats`] over from zero (this process only).
 pub fn reset_stats() {
     crate::stats::reset();
 }
