@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             spent += sum(seconds[name][-1] for name in order)
             if comm.bcast(spent > args.time_budget, root=0):
                 break
-        _, _, priced = ringlet._core.explain(count * x.itemsize, args.dtype, "sum",
-                                             collective=collective)
-        models = {name: model for name, model, *_ in priced}
+        priced = ringlet._core.explain(count * x.itemsize, args.dtype, "sum",
+                                       collective=collective).candidates
+        models = {row.algorithm: row.model_seconds for row in priced}
         for name, times in seconds.items():
             measured = float(np.median(times))
             model = models.get(name, float("nan"))

@@ -135,8 +135,9 @@ def main() -> None:
     # The core's network for these parameters: half duplex when exchanging both ways takes
     # clearly longer than one way (Open MPI's TCP with whole messages; calibration measured it
     # with the pieces it chose).
-    intra, inter, gamma, half_duplex = ringlet._core.simulated_network(params.parameters,
-                                                                      "float32")
+    network = ringlet._core.simulated_network(params.parameters, "float32")
+    intra, inter, gamma = network.intra, network.inter, network.gamma
+    half_duplex = network.half_duplex
     if args.inter:
         inter = sim.parse_link(args.inter)
     rows = []
@@ -159,9 +160,9 @@ def main() -> None:
                 times[name].append(COMM.allreduce(MPI.Wtime() - start, op=MPI.MAX))
         if COMM.rank == 0:
             for name in names:
-                seconds, *_ = ringlet._core.simulate(
+                seconds = ringlet._core.simulate(
                     "allreduce", name, labels, size, intra, inter, gamma, 0.0, True, memory,
-                    half_duplex=half_duplex)
+                    half_duplex=half_duplex).seconds
                 measured = statistics.median(times[name])
                 rows.append({"run": run, "placement": args.label, "size": size,
                              "algorithm": name,

@@ -11,7 +11,7 @@ from ._arrays import as_array, check_out, fill, refused_together
 from ._collectives import check_algorithm
 from ._dtypes import check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import _thread_state, register_thread
+from ._runtime import register_thread, thread_state
 
 
 def allreduce(
@@ -30,7 +30,7 @@ def allreduce(
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
-    if not getattr(_thread_state, "registered", False):
+    if not getattr(thread_state, "registered", False):
         register_thread()
     if process_set is None:
         result = _core.allreduce_fast(x, op, out, algorithm)

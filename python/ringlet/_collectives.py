@@ -37,7 +37,7 @@ def check_algorithm(algorithm: str, collective: str) -> str:
     return algorithm
 
 
-def _check_root(root: Any, where: Place) -> int:
+def check_root(root: Any, where: Place) -> int:
     """``root`` (a rank of ringlet's communicator) as a rank of the set ``where``."""
     try:
         root = operator.index(root)
@@ -89,7 +89,7 @@ def _prepare_broadcast(x: Any, root: Any, out: Any, algorithm: str,
         x = as_array(x, "broadcast")
         movable_name(x.dtype)
         check_algorithm(algorithm, "broadcast")
-        root = _check_root(root, where)
+        root = check_root(root, where)
         target = None if out is None else check_out(x, out, "broadcast")
     result = fill(x, target)
     return result, movable_name(result.dtype), root
@@ -139,7 +139,7 @@ def broadcast_object(obj: Any, root: int = 0, *, process_set: ProcessSet | None 
     """``root``'s picklable ``obj`` on every rank (the others' ``obj`` is ignored)."""
     where = place(process_set)
     with refused_together("broadcast", errors=(Exception,), process_set=where.id):
-        _check_root(root, where)
+        check_root(root, where)
         data = pickle.dumps(obj) if rank() == root else b""
     return pickle.loads(broadcast_bytes(data, root, process_set))
 
@@ -344,7 +344,7 @@ def reduce(
         check_op(op)
         check_algorithm(algorithm, "reduce")
         _core.check_algorithm("reduce", algorithm, name, op)
-        local_root = _check_root(root, where)
+        local_root = check_root(root, where)
         at_root = where.rank == local_root
         if out is not None and at_root:
             _check_reduce_out(x, out)

@@ -7,11 +7,23 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 __all__ = [
+    "AlgorithmCost",
+    "AlgorithmStats",
     "ArrayHandle",
+    "AutoRefinement",
+    "Candidate",
+    "DTypeInfo",
+    "Explanation",
+    "Group",
     "Handle",
     "MismatchError",
+    "ProcessSetRanks",
     "RingletError",
     "SharedBuffer",
+    "SharedMemoryStatus",
+    "Simulated",
+    "SimulatedNetwork",
+    "XlaDType",
     "_test_panic",
     "_test_wrong_length_message",
     "abort",
@@ -97,6 +109,169 @@ class ArrayHandle(Handle):
     def result(self) -> tuple[npt.NDArray[np.uint8], list[int]]:
         """After wait(): (the bytes, rows from each rank); once only."""
 
+# Records: frozen, compared by value, fields read-only (src/bindings/rows.rs).
+
+@final
+class Group:
+    """This rank's place in a process set."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def hosts(self) -> list[str]:
+        """Each rank's host, by rank."""
+
+@final
+class ProcessSetRanks:
+    """A process set and its ranks (in ringlet's communicator)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def ranks(self) -> list[int]: ...
+
+@final
+class DTypeInfo:
+    """One element type the kernels reduce."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def is_float(self) -> bool: ...
+
+@final
+class XlaDType:
+    """One element type the XLA handlers take, by NumPy name."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def reducible(self) -> bool: ...
+
+@final
+class SharedMemoryStatus:
+    """Whether the ranks of a process set share the node's memory."""
+
+    @property
+    def available(self) -> bool: ...
+    @property
+    def reason(self) -> str:
+        """Why not ("" when available)."""
+    @property
+    def worth_warning(self) -> bool: ...
+
+@final
+class AlgorithmCost:
+    """An algorithm's cost model for one call: inside a node on the busiest rank, and over
+    the busiest node's link."""
+
+    @property
+    def within_messages(self) -> float: ...
+    @property
+    def within_bytes(self) -> float: ...
+    @property
+    def within_reduced(self) -> float: ...
+    @property
+    def across_messages(self) -> float: ...
+    @property
+    def across_bytes(self) -> float: ...
+
+@final
+class Candidate:
+    """One candidate of an explained ``auto`` choice."""
+
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def model_seconds(self) -> float: ...
+    @property
+    def correction(self) -> float:
+        """Measured over modelled seconds (1.0 until calibration measured it)."""
+    @property
+    def predicted_seconds(self) -> float: ...
+    @property
+    def simulated_seconds(self) -> float | None: ...
+
+@final
+class Explanation:
+    """What ``auto`` runs for a call, what that rests on, and every candidate."""
+
+    @property
+    def choice(self) -> str: ...
+    @property
+    def basis(self) -> str:
+        """"one rank" | "table" | "environment" | "model"."""
+    @property
+    def candidates(self) -> list[Candidate]: ...
+
+@final
+class AutoRefinement:
+    """What ``auto`` learned online for one range of message sizes it has played."""
+
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def range_index(self) -> int: ...
+    @property
+    def upper_bytes(self) -> int: ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def tries(self) -> int: ...
+    @property
+    def switches(self) -> int: ...
+
+@final
+class AlgorithmStats:
+    """One algorithm's allreduces in this process since the last reset."""
+
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+@final
+class Simulated:
+    """One simulated collective: (messages, bytes) per rank in ``sent``; (out, in) bytes per
+    node's link in ``link_bytes`` and per group's global link in ``group_bytes``."""
+
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def sent(self) -> list[tuple[int, int]]: ...
+    @property
+    def link_bytes(self) -> list[tuple[int, int]]: ...
+    @property
+    def bytes_within(self) -> int: ...
+    @property
+    def group_bytes(self) -> list[tuple[int, int]]: ...
+
+@final
+class SimulatedNetwork:
+    """The simulator's network as the model's parameters price it: links as (bandwidth in
+    bytes per second, latency in seconds)."""
+
+    @property
+    def intra(self) -> tuple[float, float]: ...
+    @property
+    def inter(self) -> tuple[float, float]: ...
+    @property
+    def gamma(self) -> float: ...
+    @property
+    def half_duplex(self) -> bool: ...
+
 def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
     """Initialize MPI if needed and set up ringlet's communicator.
 
@@ -105,8 +280,8 @@ def init(comm_fortran_handle: int | None = None) -> tuple[bool, str]:
 def is_initialized() -> bool: ...
 def shutdown() -> None: ...
 def finalize() -> bool: ...
-def group(process_set: int = 0) -> tuple[int, int, list[str]]:
-    """(rank, size, each rank's host) in `process_set` (0: ringlet's communicator)."""
+def group(process_set: int = 0) -> Group:
+    """This rank's place in `process_set` (0: ringlet's communicator)."""
 
 def barrier(process_set: int = 0) -> None: ...
 def join(process_set: int = 0) -> int:
@@ -116,7 +291,7 @@ def add_process_set(ranks: list[int]) -> int:
     """Add a process set of `ranks` (sorted, distinct) and return its id. Collective."""
 
 def remove_process_set(process_set: int) -> bool: ...
-def process_sets() -> list[tuple[int, list[int]]]: ...
+def process_sets() -> list[ProcessSetRanks]: ...
 def mpi_library() -> tuple[str, str]:
     """(the MPI library's own description, the MPI ringlet was compiled against)."""
 
@@ -178,7 +353,7 @@ def simulate(
     groups: int = 1,
     global_link: tuple[float, float] = ...,
     half_duplex: bool = False,
-) -> tuple[float, list[tuple[int, int]], list[tuple[int, int]], int, list[tuple[int, int]]]: ...
+) -> Simulated: ...
 def simulated_algorithms(collective: str) -> list[str]: ...
 def refuse(collective: str, reason: str, process_set: int = 0) -> None: ...
 def allreduce_group_async(
@@ -214,9 +389,7 @@ def uninstall_parameters() -> None: ...
 def default_parameters() -> str: ...
 def check_parameters(json: str) -> str: ...
 def message_limit_options() -> list[int]: ...
-def simulated_network(
-    parameters: str, dtype: str
-) -> tuple[tuple[float, float], tuple[float, float], float, bool]: ...
+def simulated_network(parameters: str, dtype: str) -> SimulatedNetwork: ...
 def choose_message_limit(timed: list[tuple[int, float]]) -> int: ...
 def explain(
     nbytes: int,
@@ -227,26 +400,21 @@ def explain(
     process_set: int = 0,
     simulate_up_to: int = 0,
     collective: str = "allreduce",
-) -> tuple[str, str, list[tuple[str, float, float, float, float | None]]]:
-    """(what auto runs, what that rests on, per candidate: (algorithm, model seconds,
-    measured/model, predicted seconds, simulated seconds or None))."""
+) -> Explanation: ...
 
-def auto_refinements(
-    process_set: int = 0,
-) -> list[tuple[str, str, int, int, str, int, int, int]]: ...
+def auto_refinements(process_set: int = 0) -> list[AutoRefinement]: ...
 def algorithms(collective: str = "allreduce") -> list[str]: ...
 def check_algorithm(collective: str, algorithm: str, dtype: str, op: str) -> None: ...
 def algorithm_support(collective: str, algorithm: str, dtype: str, op: str) -> tuple[str, str]: ...
 def algorithm_cost(
     collective: str, algorithm: str, nodes: list[int], nbytes: int
-) -> tuple[float, float, float, float, float]:
-    """(messages, bytes sent, bytes reduced) inside a node on the busiest rank, then
-    (messages, bytes) over the busiest node's link, for ranks on ``nodes`` (a label each)."""
+) -> AlgorithmCost:
+    """For ranks on ``nodes`` (a label each)."""
 
 def nodes(process_set: int = 0) -> list[int]:
     """Each rank's node (MPI_COMM_TYPE_SHARED), numbered by the node's lowest rank."""
 
-def dtypes() -> list[tuple[str, int, bool]]: ...
+def dtypes() -> list[DTypeInfo]: ...
 def ops() -> list[str]: ...
 def wait_policy(spin_us: int | None = None, max_sleep_us: int | None = None) -> tuple[int, int]:
     """How a waiting thread polls MPI: (spin_us, max_sleep_us); the keywords change it first."""
@@ -256,7 +424,7 @@ def measure_sendrecv(
 ) -> float: ...
 def measure_combine(dtype: str, nbytes: int, repeats: int) -> float: ...
 def kernel_level() -> str: ...
-def stats() -> list[tuple[str, int, int, float]]: ...
+def stats() -> list[AlgorithmStats]: ...
 def reset_stats() -> None: ...
 def set_stats_enabled(enabled: bool) -> None: ...
 def set_thread_key(key: int) -> None: ...
@@ -269,8 +437,7 @@ def abort(code: int) -> None:
 def _test_panic(in_background: bool) -> None: ...
 def _test_wrong_length_message(sent: int, expected: int) -> None: ...
 
-def shared_memory(process_set: int = 0) -> tuple[bool, str, bool]:
-    """(the ranks share the node's memory, why not, whether that deserves a warning)."""
+def shared_memory(process_set: int = 0) -> SharedMemoryStatus: ...
 def algorithm_unavailable(
     collective: str, algorithm: str, process_set: int = 0
 ) -> str | None: ...
@@ -288,4 +455,4 @@ class SharedBuffer:
 
 # XLA FFI handlers for ringlet.jax: target name -> PyCapsule of the handler.
 def xla_handlers() -> dict[str, Any]: ...
-def xla_dtypes() -> list[tuple[str, bool]]: ...
+def xla_dtypes() -> list[XlaDType]: ...

@@ -7,15 +7,15 @@ import numpy as np
 
 from . import _core
 
-_CORE_DTYPES = _core.dtypes()  # (name, bytes per element, is floating-point)
+_CORE_DTYPES = _core.dtypes()
 
-SUPPORTED_DTYPES = tuple(name for name, _, _ in _CORE_DTYPES)
+SUPPORTED_DTYPES = tuple(d.name for d in _CORE_DTYPES)
 """NumPy dtype names; bfloat16 is ``ml_dtypes.bfloat16``."""
 
 OPS = tuple(_core.ops())
-FLOAT_DTYPES = tuple(name for name, _, is_float in _CORE_DTYPES if is_float)
-ELEMENT_BYTES = {name: size for name, size, _ in _CORE_DTYPES}
-SIXTEEN_BIT_FLOATS = tuple(name for name, size, is_float in _CORE_DTYPES if is_float and size == 2)
+FLOAT_DTYPES = tuple(d.name for d in _CORE_DTYPES if d.is_float)
+ELEMENT_BYTES = {d.name: d.itemsize for d in _CORE_DTYPES}
+SIXTEEN_BIT_FLOATS = tuple(d.name for d in _CORE_DTYPES if d.is_float and d.itemsize == 2)
 
 _KNOWN: dict[np.dtype, str] = {}
 """Native-byte-order dtypes already accepted, by dtype: the per-call lookup is one dict get."""

@@ -85,12 +85,14 @@ def bucket_bytes(dtype: str, size: int, *, hosts: int, cores_per_rank: int, thre
             f"one host, {cores_per_rank} core(s) per rank for {threads} compute thread(s): the "
             "transfers are copies these cores make, so overlapping them with backward only "
             "shares the cores; one bucket, reduced when backward is done"))
-    nodes = None if size == _core.group(process_set)[1] else [0] * size
+    nodes = None if size == _core.group(process_set).size else [0] * size
 
     def predicted(nbytes: int, dtype: str) -> tuple[str, dict[str, float]]:
-        choice, _, rows = _core.explain(nbytes, dtype, "sum", parameters=parameters,
-                                        nodes=nodes, process_set=process_set)
-        return choice, {name: seconds for name, _, _, seconds, _ in rows}
+        explained = _core.explain(nbytes, dtype, "sum", parameters=parameters, nodes=nodes,
+                                  process_set=process_set)
+        return explained.choice, {
+            row.algorithm: row.predicted_seconds for row in explained.candidates
+        }
 
     large, at_largest = predicted(MAX_BUCKET, dtype)
     check, of_check = predicted(32, "int64")

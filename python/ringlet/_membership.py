@@ -73,5 +73,6 @@ def place(process_set: ProcessSet | None) -> Place:
         return Place(0, rank(), size(), None)
     # The core knows which sets exist and this rank's place in them; its error says which
     # rule was broken (not a member, or removed).
-    set_rank, set_size, _ = _core.group(process_set.id)
+    group = _core.group(process_set.id)
+    set_rank, set_size = group.rank, group.size
     return Place(process_set.id, set_rank, set_size, process_set.ranks)

@@ -71,4 +71,4 @@ def remove_process_set(process_set: ProcessSet) -> bool:
 def process_sets() -> list[ProcessSet]:
     """Every process set that exists, ringlet's whole communicator (id 0) first."""
     init()
-    return [ProcessSet(id, tuple(ranks)) for id, ranks in _core.process_sets()]
+    return [ProcessSet(row.id, tuple(row.ranks)) for row in _core.process_sets()]

@@ -19,7 +19,7 @@ _finalizer_registered = False
 _user_comm: Any = None
 _thread_level: str | None = None
 _owns_mpi = False
-_group: tuple[int, int, list[str]] | None = None
+_group: _core.Group | None = None
 """(rank, size, hosts) of ringlet's communicator, read once per init."""
 
 
@@ -79,15 +79,16 @@ def _mpi4py_comm_handle(comm: Any) -> int:
     return int(comm.py2f())
 
 
-_thread_state = threading.local()
+# Per thread: whether it registered its key (allreduce's fast path reads it inline).
+thread_state = threading.local()
 
 
 def register_thread() -> None:
     """Key this Python thread's collectives by its name (once per thread): the consistency
     check then tells two threads' calls apart across ranks."""
-    if not getattr(_thread_state, "registered", False):
+    if not getattr(thread_state, "registered", False):
         _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
-        _thread_state.registered = True
+        thread_state.registered = True
 
 
 @contextlib.contextmanager
@@ -97,7 +98,7 @@ def as_caller(name: str) -> Iterator[None]:
     program's collectives on pool threads whose names differ between ranks (TensorFlow's graph
     executor): each rank's collectives under one ``name`` still pair up in order."""
     _core.set_thread_key(zlib.crc32(f"caller:{name}".encode()))
-    _thread_state.registered = True
+    thread_state.registered = True
     try:
         yield
     finally:
@@ -147,7 +148,8 @@ def _warn_without_shared_memory() -> None:
     """Once per process: say so when the node's shared memory could not be had (not when it is
     off, or the ranks span nodes); the point-to-point algorithms take over."""
     global _warned_about_shared_memory
-    available, reason, worth_warning = _core.shared_memory(0)
+    shared = _core.shared_memory(0)
+    available, reason, worth_warning = shared.available, shared.reason, shared.worth_warning
     if not available and worth_warning and not _warned_about_shared_memory:
         _warned_about_shared_memory = True
         warnings.warn(
@@ -210,7 +212,7 @@ def shutdown() -> None:
     _user_comm, _group = None, None
 
 
-def _current_group() -> tuple[int, int, list[str]]:
+def _current_group() -> _core.Group:
     global _group
     init()
     if _group is None or not _core.is_initialized():
@@ -220,12 +222,12 @@ def _current_group() -> tuple[int, int, list[str]]:
 
 def rank() -> int:
     """This process's rank in ringlet's communicator."""
-    return _current_group()[0]
+    return _current_group().rank
 
 
 def size() -> int:
     """The number of ranks in ringlet's communicator."""
-    return _current_group()[1]
+    return _current_group().size
 
 
 def thread_level() -> str:
@@ -291,8 +293,8 @@ def stats() -> dict[str, dict[str, float]]:
     packed (compressed, or many tiny arrays) add ``"pack"``: the copies in and out, which the
     algorithm's own entry does not count."""
     return {
-        name: {"calls": calls, "bytes": nbytes, "seconds": seconds}
-        for name, calls, nbytes, seconds in _core.stats()
+        row.algorithm: {"calls": row.calls, "bytes": row.bytes, "seconds": row.seconds}
+        for row in _core.stats()
     }
 
 
@@ -372,7 +374,8 @@ def _tier(algorithm: str, nodes: list[int], process_set: int) -> str:
     if len(set(nodes)) <= 1:
         return "one node: nothing crosses"
     m = 64 << 20
-    _, _, _, messages, sent = _core.algorithm_cost("allreduce", algorithm, nodes, m)
+    cost = _core.algorithm_cost("allreduce", algorithm, nodes, m)
+    messages, sent = cost.across_messages, cost.across_bytes
     hosts = len(set(nodes))
     bound = 2 * (hosts - 1) / hosts
     return (f"{sent / m:.2f} m per link in {messages:.0f} messages "
@@ -383,7 +386,8 @@ def topology(process_set: int = 0) -> Topology:
     """Where the ranks of ringlet's communicator (or of ``process_set``, an id) run: known
     since ``init``; not collective."""
     init()
-    me, _, hosts = _core.group(process_set)
+    group = _core.group(process_set)
+    me, hosts = group.rank, group.hosts
     nodes = _core.nodes(process_set)
     local = [r for r, n in enumerate(nodes) if n == nodes[me]]
     return Topology(

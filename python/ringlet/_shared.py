@@ -36,7 +36,8 @@ class SharedMemory:
 def shared_memory(process_set: ProcessSet | None = None) -> SharedMemory:
     """Whether ringlet's communicator (or ``process_set``) has the node's shared memory. Not
     collective: the answer was agreed at ``init``."""
-    available, reason, _ = _core.shared_memory(place(process_set).id)
+    status = _core.shared_memory(place(process_set).id)
+    available, reason = status.available, status.reason
     return SharedMemory(available, reason)
 
 
@@ -67,7 +68,7 @@ def empty(
     dtype_name(np_dtype)  # only the dtypes ringlet reduces
     where = place(process_set)
     nbytes = math.prod(dims) * np_dtype.itemsize
-    if not _core.shared_memory(where.id)[0]:
+    if not _core.shared_memory(where.id).available:
         return np.zeros(dims, dtype=np_dtype)
     buffer = _core.shared_empty(nbytes, where.id)
     return np.asarray(buffer).view(np_dtype).reshape(dims)

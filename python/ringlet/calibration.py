@@ -42,6 +42,24 @@ import numpy as np
 from . import _core
 from ._dtypes import SUPPORTED_DTYPES
 
+__all__ = [
+    "CACHE_FORMAT",
+    "CALIBRATION_BUDGET",
+    "CALIBRATION_SIZES",
+    "LARGE_CALIBRATION_SIZE",
+    "Calibration",
+    "cache_dir",
+    "cache_path",
+    "cached",
+    "calibration_key",
+    "choose_message_pieces",
+    "ensure_installed",
+    "installed",
+    "parameters",
+    "recalibrate",
+    "uninstall",
+]
+
 CACHE_FORMAT = 6  # bump when the calibration procedure or the file's layout changes
 CALIBRATION_SIZES = (8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20,
                      16 << 20)
@@ -138,7 +156,7 @@ def parameters(recalibrate: bool = False) -> Calibration:
 
 
 def _parameters(recalibrate: bool) -> Calibration:
-    if _core.group()[1] <= 1:
+    if _core.group().size <= 1:
         return Calibration.built_in("one rank: nothing to choose")
     if os.environ.get("RINGLET_CALIBRATE", "1") == "0":
         return Calibration.built_in("built-in defaults (RINGLET_CALIBRATE=0)")
@@ -175,7 +193,8 @@ def calibration_key() -> dict[str, Any]:
     """What a calibration depends on (local: the hosts are known since ``init``)."""
     from ._version import __version__
 
-    _, size, hosts = _core.group()
+    group = _core.group()
+    size, hosts = group.size, group.hosts
     return {
         "hosts": sorted(set(hosts)),
         "ranks_per_host": sorted(hosts.count(h) for h in set(hosts)),
@@ -188,7 +207,7 @@ def calibration_key() -> dict[str, Any]:
         "format": CACHE_FORMAT,
         "settings": _user_settings(),
         "algorithms": list(_core.algorithms("allreduce")),
-        "shared_memory": bool(_core.shared_memory(0)[0]),
+        "shared_memory": _core.shared_memory(0).available,
     }
 
 
@@ -261,7 +280,7 @@ def save(path: Path, text: str) -> None:
 
 def cached() -> Calibration:
     """This communicator's cached calibration, or the built-in parameters. Local."""
-    if _core.group()[1] <= 1:
+    if _core.group().size <= 1:
         return Calibration.built_in("one rank: nothing to choose")
     key = calibration_key()
     path = cache_path(key)
@@ -274,7 +293,7 @@ def cached() -> Calibration:
 def _shared_cache(key: dict[str, Any], path: Path) -> Calibration | None:
     """Rank 0's cached calibration for ``key``, the same on every rank, or None. Collective."""
     text = ""
-    if _core.group()[0] == 0:
+    if _core.group().rank == 0:
         found = load(path, key)
         text = found.to_json() if found else ""
     text = _broadcast_text(text)
@@ -283,7 +302,7 @@ def _shared_cache(key: dict[str, Any], path: Path) -> Calibration | None:
 
 def _calibrate_and_save(key: dict[str, Any], path: Path, recalibrate: bool) -> Calibration:
     """Measure (collective), broadcast rank 0's result, and have rank 0 save it."""
-    first = _core.group()[0] == 0
+    first = _core.group().rank == 0
     measured = _measure(key, reuse_pieces=not recalibrate)
     text = _broadcast_text(measured.to_json() if first else "")
     found = Calibration.from_json(text, source=f"calibrated now, saved to {path}")
@@ -404,8 +423,8 @@ def _corrections(parameters: str, progress: _Progress) -> dict[str, list[tuple[i
     """Each candidate's measured/model ratio at the sizes that fit the budget: the candidates
     timed on float32 sums, interleaved, against the core's model with ``parameters``."""
     def models(nbytes: int) -> dict[str, float]:
-        _, _, rows = _core.explain(nbytes, "float32", "sum", parameters=parameters)
-        return {name: model for name, model, *_ in rows}
+        rows = _core.explain(nbytes, "float32", "sum", parameters=parameters).candidates
+        return {row.algorithm: row.model_seconds for row in rows}
 
     timed = tuple(models(8))
     measured: dict[str, list[tuple[int, float]]] = {name: [] for name in timed}
@@ -485,7 +504,7 @@ def _max_over_ranks(values: Any) -> np.ndarray:
 
 def _broadcast_text(text: str) -> str:
     """Rank 0's ``text`` on every rank (the others pass anything). Collective."""
-    mine = _core.group()[0] == 0
+    mine = _core.group().rank == 0
     data = text.encode() if mine else b""
     length = np.array([len(data)], dtype=np.int64)
     _core.broadcast(length, "int64", 0, "binomial")
@@ -503,7 +522,7 @@ class _Progress:
     def __init__(self, what: str) -> None:
         self.started = time.perf_counter()
         self.what = what
-        self.shown = _core.group()[0] != 0  # only rank 0 speaks
+        self.shown = _core.group().rank != 0  # only rank 0 speaks
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -515,5 +534,5 @@ class _Progress:
                   f"{cache_dir()}) ...", file=sys.stderr, flush=True)
 
     def done(self) -> None:
-        if self.shown and _core.group()[0] == 0:
+        if self.shown and _core.group().rank == 0:
             print(f"ringlet: calibrated in {self.elapsed():.1f} s", file=sys.stderr, flush=True)

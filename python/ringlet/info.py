@@ -18,6 +18,8 @@ import re
 import sys
 from typing import Any
 
+__all__ = ["DISTRIBUTION", "REQUIRED", "declared", "extras", "gather", "main", "render"]
+
 # The distribution's own name, and what every install needs (no extra).
 DISTRIBUTION = "ringlet"
 REQUIRED = "required"
@@ -83,7 +85,8 @@ def gather(initialize: bool = True) -> dict[str, Any]:
     }
     if initialize:
         ringlet.init()
-        available, why_not, _ = _core.shared_memory(0)
+        shared = _core.shared_memory(0)
+        available, why_not = shared.available, shared.reason
         report["rank"] = ringlet.rank()
         report["ranks"] = ringlet.size()
         report["hosts"] = ringlet.topology().hosts

@@ -22,6 +22,18 @@ from pathlib import Path
 from . import _launchers, _mpi_abi
 from ._launchers import FoundLauncher, LauncherKind
 
+__all__ = [
+    "FoundLauncher",
+    "LauncherKind",
+    "RunError",
+    "build_command",
+    "default_launcher",
+    "detect_kind",
+    "main",
+    "parse_hosts",
+    "read_hostfile",
+]
+
 HostList = list[tuple[str, int]]
 
 _HOST = re.compile(r"([^\s:]+)(?::(\d+))?\Z")

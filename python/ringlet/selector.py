@@ -39,6 +39,17 @@ from ._dtypes import SUPPORTED_DTYPES, check_op, dtype_name
 from ._membership import ProcessSet, place
 from ._runtime import init
 
+__all__ = [
+    "ALGORITHMS",
+    "Candidate",
+    "Explanation",
+    "calibrate",
+    "choice",
+    "explain",
+    "prepare",
+    "refinements",
+]
+
 ALGORITHMS = tuple(_core.algorithms("allreduce"))
 """Every algorithm ``allreduce(..., algorithm=...)`` accepts besides "auto", as the core
 registers them."""
@@ -73,7 +84,7 @@ def choice(nbytes: int, dtype: str = "float32", op: str = "sum", *,
     where = place(process_set)
     if where.id == 0:
         prepare()
-    return _core.explain(int(nbytes), dtype, op, process_set=where.id)[0]
+    return _core.explain(int(nbytes), dtype, op, process_set=where.id).choice
 
 
 def calibrate() -> calibration.Calibration:
@@ -154,17 +165,18 @@ def explain(x_or_nbytes: Any, op: str = "sum", dtype: str | None = None, *,
     used = calibration.installed()
     if used is None:
         used = calibration.cached()
-    choice, basis, rows = _core.explain(
+    explained = _core.explain(
         nbytes, name, op,
         parameters=None if used is calibration.installed() else used.parameters,
         process_set=where.id, simulate_up_to=SIMULATE_UP_TO)
     candidates = [
-        Candidate(algorithm, model * 1e6, correction, predicted * 1e6,
-                  None if simulated is None else simulated * 1e6)
-        for algorithm, model, correction, predicted, simulated in rows
+        Candidate(row.algorithm, row.model_seconds * 1e6, row.correction,
+                  row.predicted_seconds * 1e6,
+                  None if row.simulated_seconds is None else row.simulated_seconds * 1e6)
+        for row in explained.candidates
     ]
-    explanation = Explanation(nbytes, name, op, where.size, choice, REASONS[basis], candidates,
-                              used.source)
+    explanation = Explanation(nbytes, name, op, where.size, explained.choice,
+                              REASONS[explained.basis], candidates, used.source)
     print(explanation)
     return explanation
 
@@ -176,7 +188,8 @@ def refinements(process_set: ProcessSet | None = None) -> list[dict[str, Any]]:
     by 10% on the slowest rank). Local; every rank holds the same."""
     rows = []
     where = place(process_set)
-    for dtype, op, _, upper, now, calls, tries, switches in _core.auto_refinements(where.id):
-        rows.append({"dtype": dtype, "op": op, "up_to_bytes": upper, "algorithm": now,
-                     "calls": calls, "tries": tries, "switches": switches})
+    for row in _core.auto_refinements(where.id):
+        rows.append({"dtype": row.dtype, "op": row.op, "up_to_bytes": row.upper_bytes,
+                     "algorithm": row.algorithm, "calls": row.calls, "tries": row.tries,
+                     "switches": row.switches})
     return rows

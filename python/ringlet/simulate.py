@@ -53,6 +53,24 @@ from typing import Any
 
 from . import _core
 
+__all__ = [
+    "COLLECTIVES",
+    "COPY_TRAFFIC",
+    "PLACEMENTS",
+    "Result",
+    "algorithms",
+    "build_parser",
+    "main",
+    "parse_bandwidth",
+    "parse_latency",
+    "parse_link",
+    "parse_size",
+    "placement_labels",
+    "plot",
+    "simulate",
+    "table",
+]
+
 COLLECTIVES = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter")
 PLACEMENTS = ("block", "round-robin")
 COPY_TRAFFIC = 3
@@ -156,9 +174,11 @@ def simulate(collective: str, algorithm: str, *, hosts: int, ranks_per_host: int
         raise ValueError(f"groups must be between 1 and the {hosts} hosts, got {groups}")
     labels = placement_labels(hosts, ranks_per_host, placement)
     started = time.perf_counter()
-    seconds, sent, links, within, globals_ = _core.simulate(
+    outcome = _core.simulate(
         collective, algorithm, labels, nbytes, intra, inter, 1.0 / rate, cpu, node_major,
         shared, groups, wide, half_duplex)
+    seconds, sent, links = outcome.seconds, outcome.sent, outcome.link_bytes
+    within, globals_ = outcome.bytes_within, outcome.group_bytes
     elapsed = time.perf_counter() - started
     loads = [load for link in links for load in link]
     return Result(

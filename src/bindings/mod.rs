@@ -4,19 +4,23 @@
 mod buffers;
 mod errors;
 mod handles;
+mod rows;
 mod xla;
 
 use crate::runtime::broadcast::Array;
 use crate::runtime::process::{self, Parent, SetId, WORLD};
 use crate::runtime::reduce::Data;
 use crate::runtime::selection::{self, Basis};
-use crate::runtime::simulate::network::{Link, Network};
-use crate::runtime::{self, DType, ReduceOp, Tiered};
+use crate::runtime::{self, DType, Link, Network, ReduceOp, Tiered};
 use buffers::{bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes};
 use errors::detached;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
+use rows::{
+    AlgorithmCost, AlgorithmStats, AutoRefinement, Candidate, DTypeInfo, Explanation, Group,
+    ProcessSetRanks, SharedMemoryStatus, Simulated, SimulatedNetwork,
+};
 use std::time::Duration;
 
 /// Initialize MPI if needed and duplicate `comm_fortran_handle` (from mpi4py's `Comm.py2f()`)
@@ -49,11 +53,12 @@ fn finalize(py: Python<'_>) -> PyResult<bool> {
     detached(py, || Ok(process::finalize()))
 }
 
-/// (rank, size, each rank's host) in `process_set` (0: ringlet's communicator).
+/// This rank's place in `process_set` (0: ringlet's communicator).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn group(py: Python<'_>, process_set: SetId) -> PyResult<(usize, usize, Vec<String>)> {
-    detached(py, || runtime::group(process_set))
+fn group(py: Python<'_>, process_set: SetId) -> PyResult<Group> {
+    let (rank, size, hosts) = detached(py, || runtime::group(process_set))?;
+    Ok(Group { rank, size, hosts })
 }
 
 #[pyfunction]
@@ -87,10 +92,14 @@ fn remove_process_set(py: Python<'_>, process_set: SetId) -> PyResult<bool> {
     detached(py, || Ok(process::remove_process_set(process_set)))
 }
 
-/// Every process set: (id, ranks), the world's (id 0) first.
+/// Every process set and its ranks, the world's (id 0) first.
 #[pyfunction]
-fn process_sets(py: Python<'_>) -> PyResult<Vec<(SetId, Vec<usize>)>> {
-    detached(py, process::process_sets)
+fn process_sets(py: Python<'_>) -> PyResult<Vec<ProcessSetRanks>> {
+    let sets = detached(py, process::process_sets)?;
+    Ok(sets
+        .into_iter()
+        .map(|(id, ranks)| ProcessSetRanks { id, ranks })
+        .collect())
 }
 
 /// (the MPI library's own description, the MPI ringlet was compiled against).
@@ -419,7 +428,7 @@ fn simulate(
     groups: usize,
     global_link: (f64, f64),
     half_duplex: bool,
-) -> PyResult<SimulatedRow> {
+) -> PyResult<Simulated> {
     let network = Network {
         intra: Link {
             bandwidth: intra.0,
@@ -440,30 +449,23 @@ fn simulate(
         half_duplex,
     };
     let outcome = detached(py, || {
-        runtime::simulate::simulate_placed(
-            collective, algorithm, &labels, nbytes, node_major, &network,
-        )
+        runtime::simulate(collective, algorithm, &labels, nbytes, node_major, &network)
     })?;
     let pairs = |v: &[[u64; 2]]| v.iter().map(|l| (l[0], l[1])).collect::<Vec<_>>();
-    let (links, groups) = (pairs(&outcome.link_bytes), pairs(&outcome.group_bytes));
-    Ok((
-        outcome.seconds,
-        outcome.sent,
-        links,
-        outcome.bytes_within,
-        groups,
-    ))
+    Ok(Simulated {
+        seconds: outcome.seconds,
+        link_bytes: pairs(&outcome.link_bytes),
+        group_bytes: pairs(&outcome.group_bytes),
+        sent: outcome.sent,
+        bytes_within: outcome.bytes_within,
+    })
 }
-
-/// (seconds, (messages, bytes) per rank, (out, in) bytes per node link, bytes within nodes,
-/// (out, in) bytes per group's global link).
-type SimulatedRow = (f64, Vec<(u64, u64)>, Vec<(u64, u64)>, u64, Vec<(u64, u64)>);
 
 /// The algorithms the simulator can run for `collective` (every registered one; some cannot
 /// run outside MPI or shared memory, and say so when simulated).
 #[pyfunction]
 fn simulated_algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
-    Ok(runtime::simulate::algorithms(collective)?)
+    Ok(runtime::simulated_algorithms(collective)?)
 }
 
 /// Take part in the check of a `collective` call that this rank refused, so the other ranks
@@ -525,18 +527,13 @@ fn choose_message_limit(timed: Vec<(usize, f64)>) -> PyResult<usize> {
 fn simulated_network(parameters: &str, dtype: &str) -> PyResult<SimulatedNetwork> {
     let network = selection::network(parameters, DType::from_name(dtype)?)?;
     let link = |l: Link| (l.bandwidth, l.latency);
-    Ok((
-        link(network.intra),
-        link(network.inter),
-        network.gamma,
-        network.half_duplex,
-    ))
+    Ok(SimulatedNetwork {
+        intra: link(network.intra),
+        inter: link(network.inter),
+        gamma: network.gamma,
+        half_duplex: network.half_duplex,
+    })
 }
-
-type SimulatedNetwork = ((f64, f64), (f64, f64), f64, bool);
-
-/// (algorithm, model seconds, measured/model, predicted seconds, simulated seconds or None).
-type CandidateRow = (&'static str, f64, f64, f64, Option<f64>);
 
 /// A `collective` (an allreduce by default) of `nbytes` of `dtype` under `op` on
 /// `process_set`: (what `auto` runs, what that rests on: "one rank" | "table" | "environment"
@@ -559,7 +556,7 @@ fn explain(
     process_set: SetId,
     simulate_up_to: usize,
     collective: &str,
-) -> PyResult<(&'static str, &'static str, Vec<CandidateRow>)> {
+) -> PyResult<Explanation> {
     let question = selection::Question {
         collective,
         nbytes,
@@ -576,49 +573,47 @@ fn explain(
         Basis::Table { overridden: true } => "environment",
         Basis::Model => "model",
     };
-    let rows = explained
+    let candidates = explained
         .candidates
         .iter()
-        .map(|c| {
-            let p = c.prediction;
-            (c.name, p.model, p.correction, p.seconds, c.simulated)
+        .map(|c| Candidate {
+            algorithm: c.name.to_string(),
+            model_seconds: c.prediction.model,
+            correction: c.prediction.correction,
+            predicted_seconds: c.prediction.seconds,
+            simulated_seconds: c.simulated,
         })
         .collect();
-    Ok((explained.choice, basis, rows))
+    Ok(Explanation {
+        choice: explained.choice.to_string(),
+        basis: basis.to_string(),
+        candidates,
+    })
 }
 
 /// What `auto` learned online on `process_set`: per range it has played, (dtype, op, range
 /// index, its largest message, algorithm it runs now, calls, tries of the runner-up, switches).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn auto_refinements(py: Python<'_>, process_set: SetId) -> PyResult<Vec<RefinementRow>> {
+fn auto_refinements(py: Python<'_>, process_set: SetId) -> PyResult<Vec<AutoRefinement>> {
     Ok(detached(py, || runtime::refinements(process_set))?
         .into_iter()
-        .map(|(d, o, index, upper, now, calls, tries, switches)| {
-            (
-                d.name(),
-                o.name(),
-                index,
-                upper,
-                now,
-                calls,
-                tries,
-                switches,
-            )
-        })
+        .map(
+            |(dtype, op, range_index, upper_bytes, algorithm, calls, tries, switches)| {
+                AutoRefinement {
+                    dtype: dtype.name().to_string(),
+                    op: op.name().to_string(),
+                    range_index,
+                    upper_bytes,
+                    algorithm: algorithm.to_string(),
+                    calls,
+                    tries,
+                    switches,
+                }
+            },
+        )
         .collect())
 }
-
-type RefinementRow = (
-    &'static str,
-    &'static str,
-    usize,
-    u64,
-    &'static str,
-    u64,
-    u64,
-    u64,
-);
 
 /// The registered algorithms of `collective`, in order.
 #[pyfunction]
@@ -656,15 +651,15 @@ fn algorithm_cost(
     algorithm: &str,
     nodes: Vec<usize>,
     nbytes: usize,
-) -> PyResult<(f64, f64, f64, f64, f64)> {
+) -> PyResult<AlgorithmCost> {
     let Tiered { within, across } = runtime::cost(collective, algorithm, &nodes, nbytes)?;
-    Ok((
-        within.messages,
-        within.bytes,
-        within.reduced,
-        across.messages,
-        across.bytes,
-    ))
+    Ok(AlgorithmCost {
+        within_messages: within.messages,
+        within_bytes: within.bytes,
+        within_reduced: within.reduced,
+        across_messages: across.messages,
+        across_bytes: across.bytes,
+    })
 }
 
 /// Each rank's node in `process_set`, numbered by their lowest rank
@@ -675,12 +670,16 @@ fn nodes(py: Python<'_>, process_set: SetId) -> PyResult<Vec<usize>> {
     detached(py, || runtime::nodes(process_set))
 }
 
-/// (name, bytes per element, is floating-point) of every dtype the kernels reduce.
+/// Every dtype the kernels reduce: its name, bytes per element, whether floating-point.
 #[pyfunction]
-fn dtypes() -> Vec<(&'static str, usize, bool)> {
+fn dtypes() -> Vec<DTypeInfo> {
     DType::ALL
         .iter()
-        .map(|d| (d.name(), d.size(), d.is_float()))
+        .map(|d| DTypeInfo {
+            name: d.name().to_string(),
+            itemsize: d.size(),
+            is_float: d.is_float(),
+        })
         .collect()
 }
 
@@ -722,21 +721,26 @@ fn kernel_level() -> &'static str {
 
 /// Per algorithm: (calls, bytes, seconds) of this process's allreduces since the last reset.
 #[pyfunction]
-fn stats() -> Vec<(&'static str, u64, u64, f64)> {
-    runtime::stats::snapshot()
+fn stats() -> Vec<AlgorithmStats> {
+    runtime::stats()
         .into_iter()
-        .map(|(name, u)| (name, u.calls, u.bytes, u.seconds))
+        .map(|(name, u)| AlgorithmStats {
+            algorithm: name.to_string(),
+            calls: u.calls,
+            bytes: u.bytes,
+            seconds: u.seconds,
+        })
         .collect()
 }
 
 #[pyfunction]
 fn reset_stats() {
-    runtime::stats::reset();
+    runtime::reset_stats();
 }
 
 #[pyfunction]
 fn set_stats_enabled(enabled: bool) {
-    runtime::stats::set_enabled(enabled);
+    runtime::set_stats_enabled(enabled);
 }
 
 /// Key this thread's collectives by `key` (a hash of the Python thread's name) in the
@@ -772,8 +776,13 @@ fn _test_wrong_length_message(py: Python<'_>, sent: usize, expected: usize) -> P
 /// Whether `process_set` has the node's shared memory: (available, why not, worth a warning).
 #[pyfunction]
 #[pyo3(signature = (process_set = 0))]
-fn shared_memory(py: Python<'_>, process_set: SetId) -> PyResult<(bool, String, bool)> {
-    detached(py, || runtime::shared::status(process_set))
+fn shared_memory(py: Python<'_>, process_set: SetId) -> PyResult<SharedMemoryStatus> {
+    let (available, reason, worth_warning) = detached(py, || runtime::shared::status(process_set))?;
+    Ok(SharedMemoryStatus {
+        available,
+        reason,
+        worth_warning,
+    })
 }
 
 /// Why `algorithm` cannot run on `process_set`, or None if it can.
@@ -830,6 +839,11 @@ mod _core {
     use super::handles::{
         allgather_async, allreduce_group_async, broadcast_async, reduce_scatter_async, ArrayHandle,
         Handle,
+    };
+    #[pymodule_export]
+    use super::rows::{
+        AlgorithmCost, AlgorithmStats, AutoRefinement, Candidate, DTypeInfo, Explanation, Group,
+        ProcessSetRanks, SharedMemoryStatus, Simulated, SimulatedNetwork, XlaDType,
     };
     #[pymodule_export]
     use super::xla::{xla_dtypes, xla_handlers};

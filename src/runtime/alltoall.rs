@@ -4,9 +4,9 @@
 
 use super::allgather::Gathered;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::first_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
+use super::registered::first_or_named;
 use crate::error::{CoreError, Result};
 use crate::schedules::{Alltoall, ALLTOALL};
 use crate::worker;

@@ -2,9 +2,9 @@
 
 use super::buffer::Buffer;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
+use super::registered::cheapest_or_named;
 use crate::error::{CoreError, Result};
 use crate::schedules::BROADCAST;
 use crate::worker::{self, Completion};

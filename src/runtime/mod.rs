@@ -16,7 +16,6 @@ pub mod alltoall;
 pub mod broadcast;
 pub mod buffer;
 pub mod call;
-pub mod choice;
 pub mod communicator;
 pub mod consistency;
 pub mod grouped_allreduce;
@@ -25,15 +24,18 @@ pub mod mpi_library;
 pub mod process;
 pub mod reduce;
 pub mod reduce_scatter;
+pub mod registered;
 pub mod replay;
 pub mod selection;
 pub mod shared;
 pub mod stall;
 
-// What the bindings need from below the runtime, named here so that they reach nothing else.
+// The types that the runtime's functions take and return from below it, named here so that
+// the bindings reach nothing else. Only functions and types: never a module of another layer.
 pub use crate::dtype::{DType, ReduceOp};
+pub use crate::simulate::network::{Link, Network, Outcome};
+pub use crate::stats::Usage;
 pub use crate::worker::{Completion, Queued};
-pub use crate::{simulate, stats};
 
 use crate::dtype::names;
 use crate::error::{CoreError, Result};
@@ -43,11 +45,11 @@ pub use crate::schedules::{Cost, Tiered};
 use crate::transport::Nodes;
 use crate::{probe, worker};
 use call::{Call, Kind};
-use choice::registry;
 use communicator::Communicator;
 pub use communicator::Settings;
 pub use probe::Tier;
 use process::{SetId, WORLD};
+use registered::registry;
 
 /// Wait until every rank has called it (after any queued work).
 pub fn barrier(set: SetId) -> Result<()> {
@@ -80,8 +82,9 @@ pub fn refuse(kind: &str, reason: String, set: SetId) -> Result<()> {
     })
 }
 
-/// How waiting threads poll MPI (local to this process; see [`waiting`]).
-pub use crate::transport::waiting::{self, set_wait_policy, wait_policy};
+/// How waiting threads poll MPI (local to this process; see
+/// [`crate::transport::waiting`]).
+pub use crate::transport::waiting::{set_wait_policy, wait_policy};
 
 /// The communicator's settings.
 pub fn settings() -> Result<Settings> {
@@ -193,6 +196,39 @@ pub fn measure_combine(dtype: DType, nbytes: usize, repeats: usize) -> Result<f6
 /// The SIMD level the reduction kernels run at: "generic", "avx2" or "avx512".
 pub fn kernel_level() -> &'static str {
     Level::active().name()
+}
+
+/// One simulated `collective` of `bytes` with `algorithm` on ranks placed on the nodes
+/// `labels`, timed on `network` ([`crate::simulate::simulate_placed`]). Local.
+pub fn simulate(
+    collective: &str,
+    algorithm: &str,
+    labels: &[usize],
+    bytes: usize,
+    node_major: bool,
+    network: &Network,
+) -> Result<Outcome> {
+    crate::simulate::simulate_placed(collective, algorithm, labels, bytes, node_major, network)
+}
+
+/// The algorithms the simulator can run for `collective`.
+pub fn simulated_algorithms(collective: &str) -> Result<Vec<&'static str>> {
+    crate::simulate::algorithms(collective)
+}
+
+/// Per algorithm, this process's usage since the last reset.
+pub fn stats() -> Vec<(&'static str, Usage)> {
+    crate::stats::snapshot()
+}
+
+/// Start [`stats`] over from zero (this process only).
+pub fn reset_stats() {
+    crate::stats::reset();
+}
+
+/// Count collectives in [`stats`] or not (calibration's own traffic is not the user's).
+pub fn set_stats_enabled(enabled: bool) {
+    crate::stats::set_enabled(enabled);
 }
 
 /// Hooks for tests of the failure paths that correct code never takes.

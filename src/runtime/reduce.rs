@@ -3,9 +3,9 @@
 
 use super::allreduce::check_array;
 use super::call::{Call, Element, Kind, Shape};
-use super::choice::cheapest_or_named;
 use super::communicator::Communicator;
 use super::process::{self, SetId};
+use super::registered::cheapest_or_named;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, Finish};

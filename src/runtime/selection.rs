@@ -2,8 +2,8 @@
 //! with every candidate's modelled and simulated time, and the decisions calibration needs.
 //! Every decision is [`crate::auto`]'s; this file only finds the communicator.
 
-use super::choice::{first_or_named, registry};
 use super::process::{self, SetId};
+use super::registered::{first_or_named, registry};
 use crate::auto::choice::{candidates, cheapest, priced};
 use crate::auto::model::Prediction;
 use crate::auto::{self, pieces, Parameters, Pricing, FALLBACK};

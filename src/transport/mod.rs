@@ -218,7 +218,8 @@ impl Drop for Request<'_> {
     }
 }
 
-pub trait Transport {
+/// Every transport can wait in shared memory ([`shm::Waiter`]): see the blanket impl below.
+pub trait Transport: shm::Waiter {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
 
@@ -310,6 +311,19 @@ pub trait Transport {
 
     /// Which node each rank runs on (the same list on every rank).
     fn nodes(&self) -> &Nodes;
+}
+
+impl<T: Transport> shm::Waiter for T {
+    fn progress_while_waiting(&self) {
+        self.progress();
+    }
+
+    fn report_wait(&self, peer: usize, waited: Duration, flags: &mut u8) -> Result<()> {
+        match self.watcher() {
+            Some(watcher) => watcher.waiting(self, peer, waited, flags),
+            None => Ok(()),
+        }
+    }
 }
 
 /// How long one message may be before a transport sends it as several (the receiver cuts

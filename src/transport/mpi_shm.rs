@@ -13,9 +13,9 @@
 
 use super::mpi_call::check;
 use super::shm::{
-    free_bytes, ArrayTable, FlagBlock, Flags, SharedArray, SharedMemory, AREA_BYTES, FLAG_BYTES,
+    free_bytes, ArrayTable, FlagBlock, Flags, SharedArray, SharedMemory, Waiter, AREA_BYTES,
+    FLAG_BYTES,
 };
-use super::Transport;
 use crate::error::{CoreError, Result};
 use mpi::ffi;
 use std::any::Any;
@@ -312,7 +312,7 @@ impl SharedMemory for MpiShared {
         Some((address as *mut u8, len))
     }
 
-    fn allocate(&self, _transport: &dyn Transport, bytes: usize) -> Result<SharedArray> {
+    fn allocate(&self, _waiter: &dyn Waiter, bytes: usize) -> Result<SharedArray> {
         let (rank, ranks) = (self.flags.rank(), self.flags.ranks());
         check_room(self.node, bytes * ranks)?;
         let allocated = allocate_window(self.node, ranks, rank, bytes, true);

@@ -17,7 +17,6 @@
 //! (`mpi_shm.rs`), over `MPI_Win_allocate_shared` windows of the node's communicator.
 
 use super::waiting::Backoff;
-use super::Transport;
 use crate::error::{CoreError, Result};
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -31,6 +30,18 @@ pub const WORDS: usize = 4;
 pub const FLAG_BYTES: usize = std::mem::size_of::<FlagBlock>();
 /// Each rank's staging area: enough for the schedules' chunk slots (see `schedules::shm`).
 pub const AREA_BYTES: usize = 4 << 20;
+
+/// What a rank waiting in shared memory needs of the transport beside it (every transport is
+/// one): to let its library move queued messages, and to report a long wait to its watcher.
+/// Shared memory names no transport type, so that the transport's trait may name this tier.
+pub trait Waiter {
+    /// Let queued messages move while this rank polls (MPI progresses only inside its calls).
+    fn progress_while_waiting(&self);
+
+    /// The wait for `peer` has lasted `waited`; `flags` starts at 0 for each wait. An error
+    /// ends the wait with that error.
+    fn report_wait(&self, peer: usize, waited: Duration, flags: &mut u8) -> Result<()>;
+}
 
 /// One rank's flags, two cache lines: readers of the counter never share a line with the
 /// words the owner writes next.
@@ -124,14 +135,14 @@ impl Flags {
 
     /// Wait until every rank has posted `step`. Polls with the transport's backoff and tells
     /// its watcher about long waits, as a transport wait does.
-    pub fn wait_all(&self, transport: &dyn Transport, step: u64) -> Result<()> {
+    pub fn wait_all(&self, waiter: &dyn Waiter, step: u64) -> Result<()> {
         for peer in (0..self.ranks).filter(|&r| r != self.rank) {
-            self.wait_for(transport, peer, step)?;
+            self.wait_for(waiter, peer, step)?;
         }
         Ok(())
     }
 
-    fn wait_for(&self, transport: &dyn Transport, peer: usize, step: u64) -> Result<()> {
+    fn wait_for(&self, waiter: &dyn Waiter, peer: usize, step: u64) -> Result<()> {
         let counter = &self.block(peer).counter;
         if counter.load(Ordering::Acquire) >= step {
             return Ok(());
@@ -148,14 +159,12 @@ impl Flags {
             backoff.pause();
             polls = polls.wrapping_add(1);
             if polls.is_multiple_of(PROGRESS_EVERY) {
-                transport.progress();
+                waiter.progress_while_waiting();
             }
             let waited = started.elapsed();
             if waited >= reported + WATCH_PERIOD {
                 reported = waited;
-                if let Some(watcher) = transport.watcher() {
-                    watcher.waiting(transport, peer, waited, &mut watch_flags)?;
-                }
+                waiter.report_wait(peer, waited, &mut watch_flags)?;
                 if self.give_up_after.is_some_and(|limit| waited >= limit) {
                     return Err(CoreError::Communication(format!(
                         "rank {peer} did not reach step {step} in shared memory within {waited:?}"
@@ -167,9 +176,9 @@ impl Flags {
     }
 
     /// Post `words`, then wait for every rank to post the same step; returns the step.
-    pub fn sync(&self, transport: &dyn Transport, words: [u64; WORDS]) -> Result<u64> {
+    pub fn sync(&self, waiter: &dyn Waiter, words: [u64; WORDS]) -> Result<u64> {
         let step = self.post(words);
-        self.wait_all(transport, step)?;
+        self.wait_all(waiter, step)?;
         Ok(step)
     }
 
@@ -182,7 +191,7 @@ impl Flags {
 
     /// [`sync`](Self::sync), carrying the pair given to [`expect`](Self::expect) if there is
     /// one; `Err(Unsettled)` if any rank posted another pair (every rank then sees it).
-    pub fn sync_checked(&self, transport: &dyn Transport) -> Result<u64> {
+    pub fn sync_checked(&self, waiter: &dyn Waiter) -> Result<u64> {
         let expected = self
             .expected
             .lock()
@@ -192,7 +201,7 @@ impl Flags {
             Some([seq, digest]) => [seq, digest, 0, 0],
             None => [0; WORDS],
         };
-        let step = self.sync(transport, words)?;
+        let step = self.sync(waiter, words)?;
         match expected {
             Some(pair) if (0..self.ranks).any(|r| self.words(r, step)[..2] != pair) => {
                 Err(CoreError::Unsettled)
@@ -328,7 +337,7 @@ pub trait SharedMemory: Sync {
 
     /// A new shared array of `bytes` per rank, zeroed, each rank's part first touched by its
     /// owner. Collective: every rank of the group calls it with the same size, in order.
-    fn allocate(&self, transport: &dyn Transport, bytes: usize) -> Result<SharedArray>;
+    fn allocate(&self, waiter: &dyn Waiter, bytes: usize) -> Result<SharedArray>;
 
     /// The arrays this rank no longer holds (candidates for freeing).
     fn dropped(&self) -> Vec<u64>;
@@ -428,7 +437,7 @@ impl SharedMemory for LocalShared {
         Some((address as *mut u8, len))
     }
 
-    fn allocate(&self, transport: &dyn Transport, bytes: usize) -> Result<SharedArray> {
+    fn allocate(&self, waiter: &dyn Waiter, bytes: usize) -> Result<SharedArray> {
         let (rank, ranks) = (self.flags.rank, self.flags.ranks);
         let id = self.table().next_id();
         let mine = Arc::new(Heap::zeroed(bytes));
@@ -437,7 +446,7 @@ impl SharedMemory for LocalShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((id, rank), mine.clone());
-        self.flags.sync(transport, [0; WORDS])?;
+        self.flags.sync(waiter, [0; WORDS])?;
         let parts: Vec<(usize, usize)> = {
             let all = self.group.parts.lock().unwrap_or_else(|e| e.into_inner());
             (0..ranks)

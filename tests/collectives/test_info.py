@@ -29,7 +29,7 @@ def test_the_report_names_the_library_this_process_runs_on(size):
     assert report["ranks"] == size and report["rank"] == ringlet.rank()
     assert report["simd"] in ("generic", "avx2", "avx512")
     assert report["extras"][info.REQUIRED]["numpy"] and report["extras"]["mpi4py"]["mpi4py"]
-    available, _, _ = ringlet._core.shared_memory(0)
+    available = ringlet._core.shared_memory(0).available
     assert report["shared_memory"]["available"] == bool(available)
     # The launcher that started this job is seen (the suite always runs under one).
     launcher = report["launcher"]

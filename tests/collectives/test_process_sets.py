@@ -198,7 +198,8 @@ def test_auto_in_a_set_runs_the_models_choice_at_the_sets_size(
     mine, _ = halves
     x = np.ones(300_000, dtype=np.float32)
     ringlet.allreduce(np.ones(1, np.float32), process_set=mine)  # the set's table, built
-    expected, basis, _ = _core.explain(x.nbytes, "float32", "sum", process_set=mine.id)
+    explained = _core.explain(x.nbytes, "float32", "sum", process_set=mine.id)
+    expected, basis = explained.choice, explained.basis
     assert basis == ("one rank" if mine.size == 1 else "table")
     ringlet.reset_stats()
     np.testing.assert_array_equal(ringlet.allreduce(x, process_set=mine), x * mine.size)
@@ -229,7 +230,7 @@ def test_auto_in_a_set_keeps_working_after_a_change_of_settings(size: int) -> No
         assert _core.installed_parameters() is not None
         x = np.ones(100_000, dtype=np.float32)
         np.testing.assert_array_equal(ringlet.allreduce(x, process_set=everyone), x * size)
-        expected = _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id)[0]
+        expected = _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id).choice
         ringlet.reset_stats()
         ringlet.allreduce(x, process_set=everyone)
         assert set(ringlet.stats()) == {expected}
@@ -246,7 +247,7 @@ def test_selector_choice_and_refinements_read_a_sets_own_table(size: int) -> Non
     try:
         x = np.ones(50_000, dtype=np.float32)
         chosen = ringlet.selector.choice(x.nbytes, process_set=everyone)
-        assert chosen == _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id)[0]
+        assert chosen == _core.explain(x.nbytes, "float32", "sum", process_set=everyone.id).choice
         ringlet.reset_stats()
         for _ in range(3):
             ringlet.allreduce(x, process_set=everyone)

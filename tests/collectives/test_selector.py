@@ -25,13 +25,13 @@ def parameters(**values) -> str:
 def model_seconds(nbytes: int, nodes: list[int], parameters_json: str,
                   dtype: str = "float32", op: str = "sum") -> dict[str, float]:
     """Each candidate's model time on ranks placed on ``nodes`` (a what-if), from the core."""
-    _, _, rows = _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes)
-    return {name: model for name, model, *_ in rows}
+    rows = _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes).candidates
+    return {row.algorithm: row.model_seconds for row in rows}
 
 
 def cheapest(nbytes: int, nodes: list[int], parameters_json: str, dtype: str = "float32",
              op: str = "sum") -> str:
-    return _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes)[0]
+    return _core.explain(nbytes, dtype, op, parameters=parameters_json, nodes=nodes).choice
 
 
 @pytest.fixture
@@ -122,9 +122,9 @@ def test_the_model_prices_the_communicators_own_placement(comm, size):
     assert _core.nodes(0) == nodes
     prices = parameters(alpha_across=1e-3)
     # Without a placement the core prices the communicator's, the same as naming it.
-    _, _, own = _core.explain(1 << 20, "float32", "sum", parameters=prices)
-    _, _, named = _core.explain(1 << 20, "float32", "sum", parameters=prices, nodes=nodes)
-    assert own == named
+    own = _core.explain(1 << 20, "float32", "sum", parameters=prices)
+    named = _core.explain(1 << 20, "float32", "sum", parameters=prices, nodes=nodes)
+    assert own.candidates and own == named
 
 
 def test_sixteen_bit_floats_and_float_min_max_never_go_to_mpi():
@@ -179,11 +179,11 @@ def test_an_empty_environment_value_overrides_nothing(fresh_table, size):
 
 def test_explain_says_what_every_collective_runs(size):
     for collective in ("broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"):
-        choice, basis, rows = _core.explain(1 << 16, "float32", "sum", collective=collective)
-        names = [name for name, *_ in rows]
-        assert basis == "model" and choice in names, (collective, choice, names)
+        explained = _core.explain(1 << 16, "float32", "sum", collective=collective)
+        names = [row.algorithm for row in explained.candidates]
+        assert explained.basis == "model" and explained.choice in names, (collective, names)
     # alltoall's auto is the first registered (its sizes differ between ranks: nothing priced).
-    assert _core.explain(8, "float32", "sum", collective="alltoall")[0] == \
+    assert _core.explain(8, "float32", "sum", collective="alltoall").choice == \
         _core.algorithms("alltoall")[0]
 
 
@@ -192,13 +192,13 @@ def test_every_rank_makes_the_same_choices(comm):
     ringlet.allreduce(x)  # installs the parameters (calibrating or loading the cache)
     mine = _core.installed_parameters()
     assert mine is not None and all(other == mine for other in comm.allgather(mine))
-    choices = [_core.explain(m, "bfloat16", "sum")[0] for m in SIZES]
+    choices = [_core.explain(m, "bfloat16", "sum").choice for m in SIZES]
     assert all(other == choices for other in comm.allgather(choices))
     # What explain() reports is what a call runs.
     for m in (8, 4096, 1 << 20):
         for op in ("sum", "max"):
             y = np.ones(max(m // 4, 1), dtype=np.float32)
-            choice = _core.explain(y.nbytes, "float32", op)[0]
+            choice = _core.explain(y.nbytes, "float32", op).choice
             assert ran(lambda y=y, op=op: ringlet.allreduce(y, op, algorithm="auto")) == choice
 
 
@@ -239,8 +239,8 @@ def test_calibration_stops_at_its_budget(quick_calibration, monkeypatch, comm, s
     assert found.calibration_seconds < calibration.CALIBRATION_BUDGET + 2
     # Larger messages keep the last measured correction.
     last = corrections["ring"][-1][1]
-    _, _, rows = _core.explain(1 << 30, "float32", "sum", parameters=found.parameters)
-    assert {name: c for name, _, c, *_ in rows}["ring"] == pytest.approx(last)
+    rows = _core.explain(1 << 30, "float32", "sum", parameters=found.parameters).candidates
+    assert {row.algorithm: row.correction for row in rows}["ring"] == pytest.approx(last)
 
 
 def test_corrupt_cache_is_recalibrated_with_a_warning(quick_calibration, comm, size):

@@ -1,8 +1,13 @@
-"""The layers stay separate: the Python package has no import cycles and the wrappers
-(ringlet.hvd, ringlet.jupyter) use only the public API. In the Rust core (read as text: comments
-and `#[cfg(test)]` modules left out), each top-level module uses only the modules below it in
-LAYERS, no folder's files use each other in a cycle, only src/transport/ names the `mpi` crate,
-the bindings reach the core through the runtime alone, and no schedule downcasts its transport."""
+"""The layers stay separate. Both layer tables (the crate's and the Python package's) are read
+from docs/contributing/layers.md, the one place they are written. In the Python package: each
+module imports only from the rows below its own in PY_LAYERS, no import cycles, the wrappers
+(ringlet.hvd, ringlet.jupyter) use only the public API, no private name is imported across
+modules, every public module has `__all__`, and no record crosses from the core as a positional
+tuple. In the Rust core (read as text: comments and `#[cfg(test)]` modules left out), each
+top-level module uses only the modules below it in LAYERS, no folder's files use each other in a
+cycle (mod.rs's declarations included), only src/transport/ names the `mpi` crate, the bindings
+reach the core through the runtime alone (which re-exports no module), and no schedule downcasts
+its transport. The last tests put each old tangle back into a copy and see every check fail."""
 
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "python" / "ringlet"
+# RINGLET_STRUCTURE_PACKAGE: check another copy of the Python package (see the last tests).
+PACKAGE = Path(os.environ.get("RINGLET_STRUCTURE_PACKAGE", ROOT / "python" / "ringlet"))
 # RINGLET_STRUCTURE_SRC: check another copy of the crate's sources (see the last test).
 SRC = Path(os.environ.get("RINGLET_STRUCTURE_SRC", ROOT / "src"))
 
@@ -106,19 +112,261 @@ def test_the_wrappers_use_only_the_public_api():
         assert "_core" not in path.read_text(), f"{name} touches ringlet._core"
 
 
+LAYERS_PAGE = ROOT / "docs" / "contributing" / "layers.md"
+"""Where the layer tables are written, once: the checks read them from there."""
+
+
+def layer_table(name: str) -> list[set[str]]:
+    """The rows (bottom to top) of the page's table between `<!-- layers: name -->` and
+    `<!-- /layers: name -->`: each row's number, then its modules in backticks."""
+    found = re.search(rf"<!-- layers: {name} -->\n(.*?)<!-- /layers: {name} -->",
+                      LAYERS_PAGE.read_text(), re.DOTALL)
+    assert found, f"{LAYERS_PAGE.relative_to(ROOT)} has no {name} layer table"
+    rows = []
+    for line in found.group(1).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            rows.append((int(cells[0]), set(re.findall(r"`([\w.]+)`", cells[1]))))
+    assert [number for number, _ in rows] == list(range(1, len(rows) + 1)), (
+        f"the {name} table's rows are not numbered 1, 2, ... from the bottom")
+    assert all(modules for _, modules in rows), f"a row of the {name} table names no module"
+    return [modules for _, modules in rows]
+
+
+# Python. The package's modules, bottom to top; a module may import only the modules on the rows
+# below its own (never one on its own row). A subpackage's modules count as the subpackage.
+PY_LAYERS = layer_table("python")
+PY_LEVEL = {module: level for level, row in enumerate(PY_LAYERS) for module in row}
+
+
+def python_unit(name: str) -> str | None:
+    """The row entry ``name`` falls under: itself, or the subpackage listed that holds it."""
+    if name in PY_LEVEL:
+        return name
+    packages = [m for m in PY_LEVEL if m != "ringlet" and name.startswith(m + ".")]
+    return max(packages, key=len) if packages else None
+
+
+def test_the_python_layer_table_names_every_module():
+    modules = python_modules()
+    unlisted = sorted(name for name in modules if python_unit(name) is None)
+    assert not unlisted, f"give these modules a row of the python table in layers.md: {unlisted}"
+    listed = [m for row in PY_LAYERS for m in row]
+    assert len(listed) == len(set(listed)), "a module is on two rows of the python table"
+    assert not set(listed) - set(modules), f"listed but missing: {set(listed) - set(modules)}"
+
+
+def test_each_python_module_imports_only_from_below():
+    modules = python_modules()
+    problems = []
+    for name, path in sorted(modules.items()):
+        unit = python_unit(name)
+        for imported in sorted(imports_of(path, modules)):
+            other = python_unit(imported)
+            if unit is None or other is None or other == unit:
+                continue  # unlisted (the test above says so), or inside one subpackage
+            if PY_LEVEL[other] >= PY_LEVEL[unit]:
+                problems.append(f"{name} imports {imported}, which is not below it "
+                                f"(row {PY_LEVEL[other] + 1} against {PY_LEVEL[unit] + 1})")
+    assert not problems, "\n".join(problems)
+
+
+BEING_SPLIT = "ringlet.hvd"
+"""Issue 34 splits ringlet.hvd's modules; until that lands they share `_names` and one public
+module (timeline) lacks `__all__`. The two checks below exempt it, and a test fails as soon as
+the exemption is no longer needed, so that it goes."""
+
+
+def private_imports(path: Path, modules: dict[str, Path]) -> list[str]:
+    """Each private name (`_x`, not a module, not a dunder) that ``path`` takes from another
+    ringlet module: `from .m import _x`, or `m._x` after importing the module m."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found, bound = [], {}
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        if not base.startswith("ringlet"):
+            continue
+        for alias in node.names:
+            child = f"{base}.{alias.name}"
+            if child in modules:
+                bound[alias.asname or alias.name] = child
+            elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(
+                    f"{name}:{node.lineno} imports the private name {alias.name} of {base}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in bound and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            found.append(f"{name}:{node.lineno} imports the private name {node.attr} of "
+                         f"{bound[node.value.id]}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    """A name that several modules share is public inside an underscore module (the module is
+    what keeps it from users): `_runtime.thread_state`, not `_runtime._thread_state`."""
+    modules = python_modules()
+    problems = [problem for name, path in sorted(modules.items())
+                if path.suffix == ".py" and not name.startswith(BEING_SPLIT)
+                for problem in private_imports(path, modules)]
+    assert not problems, "\n".join(problems)
+
+
+def public_modules(modules: dict[str, Path]) -> list[str]:
+    return sorted(name for name, path in modules.items()
+                  if path.suffix == ".py" and not any(p.startswith("_") for p in name.split(".")))
+
+
+def missing_all(path: Path) -> str | None:
+    """Why ``path`` fails to declare its public names, or None: an `__all__` that lists only
+    names the module defines or imports (a computed `__all__` is taken as it is)."""
+    tree = ast.parse(path.read_text())
+    defined: set[str] = set()
+    declared = None
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for target in targets:
+            if isinstance(target, ast.Name):
+                defined.add(target.id)
+                if target.id == "__all__":
+                    declared = node.value
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):  # optional imports, TYPE_CHECKING
+            defined.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                           and isinstance(n.ctx, ast.Store))
+            defined.update((a.asname or a.name).split(".")[0] for n in ast.walk(node)
+                           if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+    if declared is None:
+        return "has no __all__"
+    if isinstance(declared, (ast.List, ast.Tuple)) and all(
+            isinstance(e, ast.Constant) for e in declared.elts):
+        unknown = sorted({e.value for e in declared.elts} - defined
+                         - {p.stem for p in path.parent.iterdir()})
+        if unknown:
+            return f"lists in __all__ what it does not have: {unknown}"
+    return None
+
+
+def test_every_public_module_declares_all():
+    """`__all__` says what a module offers; without it every helper it defines or imports is
+    public by accident (calibration's load, save and install were)."""
+    modules = python_modules()
+    problems = [f"{name} {why}" for name in public_modules(modules)
+                if not name.startswith(BEING_SPLIT)
+                and (why := missing_all(modules[name]))]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.skipif("RINGLET_STRUCTURE_PACKAGE" in os.environ, reason="the copy's own run")
+def test_the_exemption_of_the_package_being_split_is_still_needed():
+    modules = python_modules()
+    inside = [n for n in modules if n.startswith(BEING_SPLIT)]
+    assert inside, f"{BEING_SPLIT} is gone: drop BEING_SPLIT"
+    needed = [p for n in inside if modules[n].suffix == ".py"
+              for p in private_imports(modules[n], modules)]
+    needed += [f"{n} {why}" for n in public_modules(modules) if n.startswith(BEING_SPLIT)
+               and (why := missing_all(modules[n]))]
+    assert needed, f"{BEING_SPLIT} passes both checks now: drop BEING_SPLIT"
+
+
+def row_annotation(node: ast.expr | None, lists: bool = True) -> bool:
+    """Whether a stub's return annotation is a row as a tuple: a tuple of three or more fields
+    (or of any length), or (with ``lists``) a list of tuples; `X | None` as X."""
+    if isinstance(node, ast.BinOp):
+        return row_annotation(node.left, lists) or row_annotation(node.right, lists)
+    if not isinstance(node, ast.Subscript) or not isinstance(node.value, ast.Name):
+        return False
+    inner = node.slice
+    if node.value.id == "tuple":
+        fields = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+        return len(fields) >= 3 or any(isinstance(f, ast.Constant) and f.value is ...
+                                       for f in fields)
+    if node.value.id == "list" and lists:
+        return isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Name) and \
+            inner.value.id == "tuple"
+    return False
+
+
+def rust_row_type(text: str, aliases: dict[str, str]) -> bool:
+    """The same for a Rust return type, with the file's type aliases expanded."""
+    text = re.sub(r"\s+", "", text)
+    for _ in range(10):
+        text = aliases.get(text, text)
+        wrapped = re.fullmatch(r"(?:PyResult|Result|Option)<(.*)>", text)
+        if not wrapped:
+            break
+        text = wrapped.group(1)
+    text = aliases.get(text, text)
+    if text.startswith("Vec<("):
+        return True
+    if not text.startswith("("):
+        return False
+    depth, fields = 0, 1
+    for c in text[1:-1]:
+        depth += {"(": 1, "<": 1, "[": 1, ")": -1, ">": -1, "]": -1}.get(c, 0)
+        fields += c == "," and depth == 0
+    return fields >= 3
+
+
+def python_entry_points(code: str) -> list[tuple[int, str, str]]:
+    """(line, name, return type) of each `#[pyfunction]` and each fn of a `#[pymethods]` impl."""
+    starts = [m.end() for m in re.finditer(r"#\[pyfunction\]", code)]
+    for impl in re.finditer(r"#\[pymethods\][^{]*\{", code):
+        body = code[impl.end():closing_brace(code, impl.end() - 1)]
+        starts += [impl.end() + m.start() for m in re.finditer(r"\bfn\s+\w+", body)]
+    found = []
+    for start in starts:
+        fn = re.compile(r"\bfn\s+(\w+)").search(code, start)
+        if not fn:
+            continue
+        i, depth = fn.end(), 0
+        while i < len(code) and not (depth == 0 and code[i] in "{;"):
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        returns = code[fn.end():i].partition("->")[2].split(" where ")[0]
+        found.append((code.count("\n", 0, fn.start()) + 1, fn.group(1), returns))
+    return found
+
+
+def test_no_record_crosses_from_the_core_as_a_tuple():
+    """Records cross as frozen row classes with named fields (src/bindings/rows.rs), never as
+    positional tuples that every caller unpacks by position: checked in the stub and in the
+    bindings' Python entry points. Pairs (an array and its counts) stay pairs, and a row's field
+    may list pairs (each rank's messages and bytes)."""
+    problems = []
+    stub = ast.parse((PACKAGE / "_core.pyi").read_text())
+    for node in ast.walk(stub):
+        field = isinstance(node, ast.FunctionDef) and any(
+            isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list)
+        if isinstance(node, ast.FunctionDef) and row_annotation(node.returns, not field):
+            problems.append(f"_core.pyi:{node.lineno} {node.name} returns a row as a tuple")
+    entry_points = 0
+    for path in sorted((SRC / "bindings").rglob("*.rs")):
+        code = strip_rust(path.read_text())
+        aliases = {m.group(1): re.sub(r"\s+", "", m.group(2))
+                   for m in re.finditer(r"\btype\s+(\w+)\s*=\s*([^;]+);", code)}
+        for line, name, returns in python_entry_points(code):
+            entry_points += 1
+            if rust_row_type(returns, aliases):
+                problems.append(f"{rel(path)}:{line} {name} returns a row as a tuple")
+    assert entry_points > 50, "the reader finds the bindings' functions"
+    assert not problems, "\n".join(problems)
+
+
 # Rust. The crate's top-level modules, bottom to top; a module may use only the modules on the
 # rows below its own (never one on its own row). `lib.rs` only declares them.
-LAYERS = [
-    {"error"},
-    {"dtype"},
-    {"worker", "scratch", "stats"},
-    {"transport", "kernels"},
-    {"schedules"},
-    {"probe", "auto"},
-    {"simulate"},
-    {"runtime"},
-    {"bindings"},
-]
+LAYERS = layer_table("rust")
 ALLOWED = {
     module: {m for row in LAYERS[:level] for m in row} | {module}
     for level, row in enumerate(LAYERS)
@@ -407,6 +655,18 @@ def test_lib_rs_only_declares_the_modules():
     assert not odd, f"src/lib.rs does more than declare modules: {odd}"
 
 
+def test_lib_rs_points_to_the_layer_table_instead_of_copying_it():
+    """The order is written once, in layers.md: lib.rs's doc says where, and describes no layer
+    itself (a line of its doc naming two or more top-level modules is a copy)."""
+    text = (SRC / "lib.rs").read_text()
+    doc = [line for line in text.splitlines() if line.lstrip().startswith("//!")]
+    assert any("docs/contributing/layers.md" in line for line in doc), (
+        "src/lib.rs's doc should point to docs/contributing/layers.md")
+    copies = [line.strip() for line in doc
+              if len(set(re.findall(r"`(\w+)`", line)) & top_level_modules()) >= 2]
+    assert not copies, "src/lib.rs describes the layers itself:\n" + "\n".join(copies)
+
+
 # --- Inside a folder: which file uses which sibling. ---
 
 _ITEM = re.compile(r"\b(?:fn|struct|enum|trait|type|const|static|union|macro_rules!)\s+(\w+)")
@@ -459,7 +719,65 @@ def sibling_graph(folder: Path) -> dict[Path, dict[Path, list[Ref]]]:
             if used is not None and used != path:
                 edges.setdefault(used, []).append(ref)
         graph[path] = edges
+    if root is not None and root.parent == folder:
+        graph[root] = root_uses(root, files)
     return graph
+
+
+def declarations(code: str) -> str:
+    """A root file's code with only its declarations left: `mod` and `use` items, function
+    bodies, static and const initializers, macro definitions and invocations blanked (a facade
+    dispatching to its files, and its registries, are no uses); traits, types and signatures
+    stay."""
+    out = _USE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+    out = re.sub(r"(?<![\w:])(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;",
+                 lambda m: " " * len(m.group(0)), out)
+    for fn in re.finditer(r"\bfn\s+\w+|\bmacro_rules!\s*\w+", code):
+        i, depth = fn.end(), 0
+        while i < len(code) and not (depth == 0 and code[i] in "{;"):
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(code[i], 0)
+            i += 1
+        if i < len(code) and code[i] == "{":
+            out = blank(out, i, closing_brace(code, i) + 1)
+    for call in re.finditer(r"(?<![\w:])\w+!\s*[(\[{]", code):
+        i, depth = call.end() - 1, 0
+        while i < len(code):
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        out = blank(out, call.start(), i + 1)
+    for item in re.finditer(r"\b(?:static|const)\s+\w+\s*:[^=;{]*=", code):
+        i, depth = item.end(), 0
+        while i < len(code) and not (depth == 0 and code[i] == ";"):
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(code[i], 0)
+            i += 1
+        out = blank(out, item.end(), i)
+    return out
+
+
+def root_uses(root: Path, files: dict[str, Path]) -> dict[Path, list[Ref]]:
+    """The sibling files a folder's mod.rs names in its declarations (see `declarations`)."""
+    base = module_path(root)
+    names = rust_names(root)
+    code = declarations(scopes(strip_rust(root.read_text()), base)[0][0])
+    newlines = [i for i, c in enumerate(code) if c == "\n"]
+    edges: dict[Path, list[Ref]] = {}
+    for match in re.finditer(r"(?<![\w:])(::\s*)?(\w+(?:\s*::\s*\w+)*)", code):
+        segments = re.split(r"\s*::\s*", match.group(2))
+        bare = len(segments) == 1
+        if segments[0] not in names and segments[0] not in _KEYWORDS:
+            continue
+        if bare and not segments[0][:1].isupper():
+            continue  # a lowercase name alone is a function or a binding, not a module's item
+        target = resolve(segments, base, names)
+        if target[0] != "crate" or target[1 : len(base) + 1] != base or len(target) < len(base) + 2:
+            continue
+        used = files.get(target[len(base) + 1])
+        if used is not None:
+            line = bisect.bisect(newlines, match.start()) + 1
+            edges.setdefault(used, []).append(Ref(line, "::".join(segments), target))
+    return edges
 
 
 def shortest_path(graph: dict[Path, dict[Path, list[Ref]]], start: Path, goal: Path):
@@ -513,6 +831,12 @@ def test_the_sibling_parser_sees_known_uses():
     assert ring not in schedules[SRC / "schedules" / "binomial.rs"]
     simulate = sibling_graph(SRC / "simulate")
     assert SRC / "simulate" / "trace.rs" in simulate[SRC / "simulate" / "network.rs"]
+    transport = sibling_graph(SRC / "transport")
+    shm, root = SRC / "transport" / "shm.rs", SRC / "transport" / "mod.rs"
+    assert shm in transport[root], "mod.rs's `trait Transport: shm::Waiter` uses shm.rs"
+    assert root not in transport[shm], "shm.rs waits through its own trait"
+    assert SRC / "schedules" / "ring.rs" not in schedules[SRC / "schedules" / "mod.rs"], (
+        "the registry's entries are no declarations")
     bindings = sibling_graph(SRC / "bindings")
     handles = bindings[SRC / "bindings" / "handles.rs"]
     assert {SRC / "bindings" / "buffers.rs", SRC / "bindings" / "errors.rs"} <= set(handles)
@@ -575,7 +899,50 @@ def test_the_mpi_parser_tells_the_crate_from_ringlets_modules():
     assert any(r.text == "use mpi::ffi" for r in transport), "the parser sees the crate"
 
 
+def is_module(target: tuple[str, ...]) -> bool:
+    """Whether a path from the crate root names a module (a file or a folder of src/)."""
+    if target[0] != "crate" or len(target) < 2:
+        return False
+    place = SRC.joinpath(*target[1:])
+    return place.with_suffix(".rs").exists() or (place / "mod.rs").exists()
+
+
+_PUB_USE = re.compile(r"(?<![\w:])pub(?:\([^)]*\))?\s+use\s+([^;]+);")
+
+
+def test_the_runtime_re_exports_no_module_of_another_layer():
+    """The runtime hands the bindings functions and the types those take and return; a
+    re-exported module (`pub use crate::simulate`) would hand them a whole lower layer."""
+    problems = []
+    for path in sorted((SRC / "runtime").rglob("*.rs")):
+        modpath = module_path(path)
+        code = scopes(strip_rust(path.read_text()), modpath)[0][0]
+        names = dict(rust_names(path))
+        for match in _PUB_USE.finditer(code):
+            line = code.count("\n", 0, match.start()) + 1
+            for segments, _ in use_paths(match.group(1)):
+                target = resolve(list(segments), modpath, names)
+                if target[:2] != ("crate", "runtime") and is_module(target):
+                    problems.append(f"{rel(path)}:{line} re-exports the module "
+                                    f"crate::{'::'.join(target[1:])}")
+    assert not problems, "\n".join(problems)
+
+
+def through_the_runtime(ref: Ref) -> tuple[str, ...] | None:
+    """The module outside the runtime that a bindings path `crate::runtime::x::...` goes
+    through when `x` is the runtime's re-export of that module, or None."""
+    target = ref.internal
+    if not target or target[0] != "runtime" or len(target) < 3:
+        return None
+    lead = rust_names(SRC / "runtime" / "mod.rs").get(target[1])
+    if not lead or lead[:2] == ("crate", "runtime") or not is_module(lead):
+        return None
+    return lead
+
+
 def test_the_bindings_reach_the_core_only_through_the_runtime():
+    """Every path is followed through the runtime's re-exports: `runtime::simulate::network`
+    is the simulator, not the runtime, whatever its first segment says."""
     files = sorted((SRC / "bindings").rglob("*.rs"))
     assert files
     problems = []
@@ -583,6 +950,11 @@ def test_the_bindings_reach_the_core_only_through_the_runtime():
         for used, refs in sorted(crate_uses(path).items()):
             if used not in BINDINGS_MAY_USE:
                 problems.append(f"{rel(path)} uses crate::{used} ({where(path, refs[:3])})")
+        for ref in rust_refs(path):
+            module = through_the_runtime(ref)
+            if module and module[1] not in BINDINGS_MAY_USE:
+                problems.append(f"{rel(path)}:{ref.line} {ref.text} uses crate::{module[1]} "
+                                f"through the runtime's re-export of a module")
         if "runtime::consistency" in strip_rust(path.read_text()):
             problems.append(f"{rel(path)} uses runtime::consistency")
     assert not problems, "the bindings may use only crate::runtime and crate::error:\n" + "\n".join(
@@ -612,29 +984,72 @@ BACK_EDGES = {
         "src/schedules/mpi_reduce.rs:1 downcast"),
     "bindings/errors.rs": ("use crate::dtype::DType as _direct;",
                            "src/bindings/errors.rs uses crate::dtype"),
+    # shm.rs named the Transport trait, whose `shared()` names shm's SharedMemory.
+    "transport/shm.rs": ("use super::Transport as _back;", "mod.rs -> shm.rs -> mod.rs"),
+    # The runtime handed the bindings whole modules, and they went through them.
+    "runtime/mod.rs": ("pub use crate::{simulate, stats};",
+                       "src/runtime/mod.rs:1 re-exports the module crate::simulate"),
+    "bindings/mod.rs": ("use crate::runtime::simulate::network::Link as _back;",
+                        "uses crate::simulate through the runtime's re-export of a module"),
+    "bindings/handles.rs": ("#[pyfunction] fn _row() -> PyResult<(usize, usize, Vec<String>)> {}",
+                            "src/bindings/handles.rs:1 _row returns a row as a tuple"),
+    "lib.rs": ("//! - [`runtime`]: the collectives; [`worker`]: the queue; [`auto`]: decisions.",
+               "src/lib.rs describes the layers itself"),
 }
-"""Per file: a line that brings back one of the tangles these checks were written against,
-and what the failure must say."""
+"""Per file of src/: a line that brings back one of the tangles these checks were written
+against, and what the failure must say."""
+
+PY_BACK_EDGES = {
+    "_allreduce.py": ("from ._runtime import _thread_state",
+                      "ringlet._allreduce:1 imports the private name _thread_state of "
+                      "ringlet._runtime"),
+    "jax/__init__.py": ("from .._collectives import _check_root",
+                        "ringlet.jax:1 imports the private name _check_root of "
+                        "ringlet._collectives"),
+    "calibration.py": (("__all__ = [", "_public = ["), "ringlet.calibration has no __all__"),
+    "_core.pyi": (("def group(process_set: int = 0) -> Group:",
+                   "def group(process_set: int = 0) -> tuple[int, int, list[str]]:"),
+                  "group returns a row as a tuple"),
+    "_dtypes.py": ("from . import simulate as _up",
+                   "ringlet._dtypes imports ringlet.simulate, which is not below it"),
+}
+"""The same for the Python package: a line put first, or (old, new) text replaced."""
+
+
+def put_back(root: Path, edges: dict) -> None:
+    for relative, (change, _) in edges.items():
+        path = root / relative
+        text = path.read_text()
+        if isinstance(change, tuple):
+            assert change[0] in text, f"{relative} has no {change[0]!r} to put the tangle back in"
+            path.write_text(text.replace(change[0], change[1]))
+        else:
+            path.write_text(change + "\n" + text)
 
 
 @pytest.mark.skipif("RINGLET_STRUCTURE_SRC" in os.environ, reason="the copy's own run")
 def test_the_checks_catch_the_tangles_they_were_written_against(tmp_path):
-    """A copy of the sources with each old tangle put back: a runtime circle (call -> process),
-    the transport's mpi <-> mpi_shm, the mpi crate in the runtime and in a schedule, a schedule
-    that downcasts its transport, the bindings past the runtime. Every one is reported; the
-    real tree passes the same checks."""
+    """A copy of the sources and of the Python package with each old tangle put back: a runtime
+    circle (call -> process), the transport's mpi <-> mpi_shm and mod.rs <-> shm, the mpi
+    crate in the runtime and in a schedule, a schedule that downcasts its transport, the
+    bindings past the runtime (directly, or through a module the runtime re-exports), a row as
+    a tuple (in the bindings and in the stub), lib.rs's own layer list, private names taken
+    across modules, a public module without __all__, an import up the Python table. Every one
+    is reported; the real tree passes the same checks."""
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy)
-    for relative, (line, _) in BACK_EDGES.items():
-        path = copy / relative
-        path.write_text(line + "\n" + path.read_text())
+    put_back(copy, BACK_EDGES)
+    package = tmp_path / "python" / "ringlet"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    put_back(package, PY_BACK_EDGES)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
          "-k", "not catch_the_tangles"],
-        env={**os.environ, "RINGLET_STRUCTURE_SRC": str(copy)}, cwd=ROOT,
-        capture_output=True, text=True, timeout=300)
+        env={**os.environ, "RINGLET_STRUCTURE_SRC": str(copy),
+             "RINGLET_STRUCTURE_PACKAGE": str(package)},
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0, run.stdout
-    for relative, (_, reported) in BACK_EDGES.items():
+    for relative, (_, reported) in [*BACK_EDGES.items(), *PY_BACK_EDGES.items()]:
         assert reported in run.stdout, f"{relative}: {reported!r} not reported\n{run.stdout}"
 
 

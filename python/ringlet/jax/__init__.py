@@ -35,9 +35,9 @@ import numpy as np
 from .. import _core, selector
 from .._allreduce import allreduce as _numpy_allreduce
 from .._arrays import aligned_empty
-from .._collectives import _check_root, check_algorithm
 from .._collectives import allgather as _numpy_allgather
 from .._collectives import broadcast as _numpy_broadcast
+from .._collectives import check_algorithm, check_root
 from .._collectives import reduce_scatter as _numpy_reduce_scatter
 from .._core import MismatchError, RingletError
 from .._dtypes import check_op
@@ -190,7 +190,7 @@ def broadcast(x: Any, root: int = 0, *, algorithm: str = "auto",
     """``x`` of rank ``root`` (a rank of ringlet's communicator) on every rank."""
     x = _array(x, "broadcast", reduce=False)
     where = _where(process_set, algorithm, "broadcast")
-    local_root = _check_root(root, where)
+    local_root = check_root(root, where)
     if _traced(x):
         return _run(p.broadcast_p.bind, x, root=local_root, is_root=where.rank == local_root,
                     algorithm=algorithm, process_set=where.id)

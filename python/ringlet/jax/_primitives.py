@@ -27,8 +27,8 @@ for _name, _capsule in _core.xla_handlers().items():
     jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
 
 # The element types the handlers take, and which of them ringlet reduces (one table, the core's).
-MOVABLE = {name for name, _ in _core.xla_dtypes()}
-REDUCIBLE = {name for name, reducible in _core.xla_dtypes() if reducible}
+MOVABLE = {d.name for d in _core.xla_dtypes()}
+REDUCIBLE = {d.name for d in _core.xla_dtypes() if d.reducible}
 
 
 class RingletEffect(_effects.Effect):

@@ -9,6 +9,7 @@
 mod api;
 
 use super::errors::PyKind;
+use super::rows::XlaDType;
 use crate::error::{CoreError, Result};
 use crate::runtime::broadcast::Array;
 use crate::runtime::grouped_allreduce::Group;
@@ -50,12 +51,15 @@ pub fn xla_handlers(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(dict)
 }
 
-/// The element types the handlers take, by NumPy name: (name, whether ringlet reduces it).
+/// The element types the handlers take, by NumPy name, and whether ringlet reduces each.
 #[pyfunction]
-pub fn xla_dtypes() -> Vec<(&'static str, bool)> {
+pub fn xla_dtypes() -> Vec<XlaDType> {
     (0..64)
         .filter_map(element)
-        .map(|e| (e.name, e.reducible.is_some()))
+        .map(|e| XlaDType {
+            name: e.name.to_string(),
+            reducible: e.reducible.is_some(),
+        })
         .collect()
 }
 
