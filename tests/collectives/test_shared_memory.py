@@ -103,6 +103,8 @@ def test_bad_shapes_and_dtypes_are_refused_on_the_calling_rank() -> None:
     assert in_step()
 
 
+# Slow (40 s): allocates and drops shared arrays until the memory is reused.
+@pytest.mark.slow
 def test_arrays_that_every_rank_dropped_are_freed_and_the_memory_reused() -> None:
     # Oversubscribed runs allocate slowly (each allocation is collective): fewer rounds there.
     for round_ in range(40 if ringlet.size() <= 4 else 12):

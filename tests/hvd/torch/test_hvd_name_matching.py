@@ -271,6 +271,9 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         _common.use_matching("names")
 
 
+# Slow (40 s): many training steps under both matchings; the other tests here cover the
+# negotiation itself.
+@pytest.mark.slow
 def test_distributed_optimizer_steps_as_with_order_matching(rank: int, size: int) -> None:
     """The torch optimizer's buckets are named: the same weights as order matching's."""
     def train() -> list[torch.Tensor]:
