@@ -110,7 +110,7 @@ class Request:
         self.detail = detail or describe(signature)
         self.start = start
         self.payload: Any = None
-        """What the caller needs to run it fused (``ringlet.hvd._common``'s business)."""
+        """What the caller needs to run it fused (``ringlet.hvd._fusion``'s business)."""
         self.inline = False
         """Run by the caller itself, in its turn: the negotiation waits for ``resumed``."""
         self.resumed = threading.Event()
