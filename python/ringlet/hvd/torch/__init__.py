@@ -23,6 +23,7 @@ from .. import __all__ as _hvd_all
 from .._api import api as _api
 from .._ops import Sum
 from ._collectives import (  # noqa: F401 - torch's own, in place of the NumPy ones
+    TorchBackend,
     allgather,
     allreduce,
     alltoall,
@@ -31,7 +32,6 @@ from ._collectives import (  # noqa: F401 - torch's own, in place of the NumPy o
     grouped_allreduce,
     grouped_reducescatter,
     reducescatter,
-    TorchBackend,
     sparse_allreduce_async,
 )
 from ._optimizer import DistributedOptimizer
