@@ -8,8 +8,8 @@ compared with NumPy's, computed from every rank's input, which each rank rebuild
 
 from __future__ import annotations
 
+import re
 import time
-import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -95,8 +95,10 @@ def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: in
 def test_different_arguments_under_one_name_fail_on_every_rank(rank: int, size: int) -> None:
     if size == 1:
         pytest.skip("needs two ranks to disagree")
+    # Horovod's first words, then the core's naming of ranks ("ranks 1-2 passed ...").
+    later = "rank 1" if size == 2 else f"ranks 1-{size - 1}"
     with pytest.raises(ringlet.MismatchError, match=r"Mismatched allreduce tensor shapes .*"
-                       r"rank 0 passed float32\[3\].*rank 1 passed float32\[4\]"):
+                       rf"rank 0 passed float32\[3\] op=avg; {later} passed float32\[4\] op=avg$"):
         hvd.allreduce(np.ones(3 + min(rank, 1), np.float32), name="shapes")
     with pytest.raises(ringlet.MismatchError, match="Mismatched allreduce data types"):
         hvd.allreduce(np.ones(3, np.float32 if rank == 0 else np.float64), name="dtypes")
@@ -228,26 +230,69 @@ def test_a_name_evicted_in_the_cycle_it_runs_does_not_run_again(rank: int, size:
     assert negotiator is not None and not negotiator._unannounced and not negotiator._table
 
 
-def test_the_stall_inspector_names_the_ranks_missing(rank: int, size: int,
-                                                     monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
-    if size == 1:
-        pytest.skip("needs a rank to be missing")
-    restart_matching(monkeypatch, "RINGLET_HVD_STALL_SECONDS", "0.3")
+def _stall_of_rank_0(rank: int) -> None:
+    """Rank 0 submits "stalled"; the others submit it only after 1 s."""
     handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled") if rank == 0 else None
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        hvd.barrier()
-        time.sleep(1.0)
-        hvd.barrier()
+    hvd.barrier()
+    time.sleep(1.0)
+    hvd.barrier()
     if rank != 0:
         handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled")
     assert handle is not None and hvd.synchronize(handle)[0] == 1.0
+
+
+def test_a_stall_is_reported_in_the_core_format_after_the_core_variable(
+        rank: int, size: int, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """RINGLET_STALL_WARNING, the core's variable, and the core's two messages
+    (src/runtime/stall.rs; tests/failures/test_failures.py checks the core's own): the waiting
+    rank says what it waits in and for whom, rank 0 names the ranks missing."""
+    if size == 1:
+        pytest.skip("needs a rank to be missing")
+    monkeypatch.delenv("RINGLET_HVD_STALL_SECONDS", raising=False)
+    restart_matching(monkeypatch, "RINGLET_STALL_WARNING", "0.3")
+    capfd.readouterr()
+    _stall_of_rank_0(rank)
+    err = capfd.readouterr().err
     if rank == 0:
-        err = capfd.readouterr().err
-        missing = list(range(1, size))
-        assert "allreduce 'stalled': submitted by rank(s) [0]" in err, err
-        assert f"missing rank(s) {missing}" in err, err
+        missing = ", ".join(map(str, range(1, size)))
+        assert re.search(r"^ringlet: rank 0 has waited \d+ s in allreduce 'stalled' for rank 1, "
+                         r"which has not joined it \(or is itself waiting\); "
+                         r"RINGLET_STALL_WARNING=0\.3$", err, re.M), err
+        assert re.search(rf"^ringlet: allreduce 'stalled' has waited \d+ s: rank\(s\) {missing} "
+                         r"have not joined it \(every other rank reports waiting\)$", err,
+                         re.M), err
+        assert err.count("ringlet:") == 2, err  # once per stall, as the core's
+    else:
+        assert "ringlet:" not in err, err  # they were not waiting
+
+
+def test_the_retired_variable_warns_and_no_longer_sets_the_delay(
+        rank: int, size: int, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    if size == 1:
+        pytest.skip("needs a rank to be missing")
+    monkeypatch.delenv("RINGLET_STALL_WARNING", raising=False)  # the core's default: 60 s
+    with pytest.warns(FutureWarning, match="RINGLET_HVD_STALL_SECONDS is no longer read"):
+        restart_matching(monkeypatch, "RINGLET_HVD_STALL_SECONDS", "0.3")
+    capfd.readouterr()
+    _stall_of_rank_0(rank)
+    assert "has waited" not in capfd.readouterr().err
+
+
+def test_the_stall_warning_is_read_as_the_core_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringlet.hvd._reports import stall_warning_from_environment
+
+    monkeypatch.delenv("RINGLET_HVD_STALL_SECONDS", raising=False)
+    monkeypatch.delenv("RINGLET_STALL_WARNING", raising=False)
+    assert stall_warning_from_environment() == 60.0
+    for text, seconds in (("2.5", 2.5), (" 7 ", 7.0), ("0", None), ("-1", None)):
+        monkeypatch.setenv("RINGLET_STALL_WARNING", text)
+        assert stall_warning_from_environment() == seconds, text
+    for text in ("soon", "", "inf", "nan"):
+        monkeypatch.setenv("RINGLET_STALL_WARNING", text)
+        with pytest.raises(ValueError, match="is not a number of seconds"):
+            stall_warning_from_environment()
 
 
 def test_shutdown_with_an_op_pending_fails_it_on_every_rank(rank: int, size: int) -> None:

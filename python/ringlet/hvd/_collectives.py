@@ -13,9 +13,9 @@ import ringlet
 from ._backend import NUMPY, Backend, backend_for
 from ._fusion import deliver, prescaled_integers, reduce_arrays, reducible_in_place, scale_floats
 from ._handles import HandleSet, finished_handle, named, signature_settings
-from ._negotiation import describe, tensor_signature
 from ._ops import BUILT_IN_COMPRESSORS, Average, Compression, ringlet_op, wire_name
 from ._process_sets import ringlet_set, set_size
+from ._requests import describe, tensor_signature
 from ._state import state
 
 __all__ = ["Collectives"]

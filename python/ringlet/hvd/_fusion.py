@@ -13,9 +13,9 @@ import ringlet
 
 from ._backend import Backend
 from ._handles import HandleSet
-from ._negotiation import Request
 from ._ops import COMPRESSOR_BY_WIRE
 from ._process_sets import ringlet_set, set_by_id, set_size
+from ._requests import Request
 
 __all__ = ["WIDER", "deliver", "dtype_named", "prescaled_integers", "reduce_arrays",
            "reducible_in_place", "run_fused", "scale_floats"]

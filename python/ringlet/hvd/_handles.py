@@ -8,8 +8,9 @@ from typing import Any
 
 import ringlet
 
-from ._negotiation import Negotiator, Request
+from ._negotiation import Negotiator
 from ._process_sets import member_ranks
+from ._requests import Request
 from ._state import state
 
 __all__ = ["HandleSet", "Negotiated", "collectively", "finished_handle", "named",
