@@ -5,12 +5,9 @@ framework's module (``ringlet.hvd``, ``.torch``, ``.tensorflow``, ``.keras``) th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _negotiation
-
-if TYPE_CHECKING:
-    from ._process_sets import ProcessSet
 
 __all__ = ["HorovodState", "state"]
 
@@ -21,8 +18,8 @@ class HorovodState:
     def __init__(self) -> None:
         self.negotiator: _negotiation.Negotiator | None = None
         """Name matching's negotiation (RINGLET_HVD_MATCHING=name), once ``init`` started it."""
-        self.added: dict[int, ProcessSet] = {}
-        """The process sets added since ``init``, by id."""
+        self.added: dict[int, Any] = {}
+        """The process sets (``ProcessSet``) added since ``init``, by id."""
         self.in_flight: dict[tuple[str, str, tuple[int, ...]], Any] = {}
         """Named asynchronous operations that have not finished, by (collective, name, set's
         ranks)."""
