@@ -70,7 +70,7 @@ def test_results_are_bit_identical_to_order_matching(rank: int, size: int) -> No
 
 
 def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: int,
-                                                                          size: int) -> None:
+                                                                        size: int) -> None:
     """Horovod's duplicate-name tests: rank 0 submits before a barrier, the others after."""
     t = input_of(rank, (17, 3))
     early = None
@@ -207,8 +207,8 @@ def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
 
 
 def test_a_name_evicted_in_the_cycle_it_runs_does_not_run_again(rank: int, size: int,
-                                                                  monkeypatch: pytest.MonkeyPatch
-                                                                  ) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
     """A cache of one name. "b" is cached and "a" is not, both submitted in one (slow) cycle:
     "b" runs by its bit, "a" from the table, and caching "a" evicts "b". Had "b" been announced
     again as a name still waiting, it would run a second time, meeting the last rank's next

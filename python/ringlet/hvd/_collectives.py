@@ -45,7 +45,7 @@ class Collectives:
             return run()
         signature = tensor_signature([array], leading=False) + signature_settings(process_set)
         return named("alltoall", name, lambda: finished_handle(run()), signature,
-                      process_set).synchronize()
+                     process_set).synchronize()
 
     def alltoall_async(self, tensor: Any, splits: Any = None, name: Any = None,
                        process_set: Any = None) -> Any:
@@ -71,7 +71,7 @@ class Collectives:
             return self._custom_compressed(backend, tensors, originals, in_place, op_name,
                                            compression, prescale, postscale, process_set)
         handle, finish = reduce_arrays(originals, [in_place] * len(originals), op_name,
-                                        compression, prescale, postscale, process_set)
+                                       compression, prescale, postscale, process_set)
         return HandleSet(handle, lambda: deliver(backend, tensors, finish(), in_place))
 
     @staticmethod
@@ -122,7 +122,7 @@ class Collectives:
             prescale=float(prescale), postscale=float(postscale), compression=wire,
             fusable=not custom)
         return named("allreduce", name, start, signature, process_set,
-                      None if custom else (backend, tensors, arrays, in_place, single))
+                     None if custom else (backend, tensors, arrays, in_place, single))
 
     def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -224,8 +224,8 @@ class Collectives:
         """``allgather`` in ringlet's background thread; ``synchronize`` returns the result."""
         array = backend_for(tensor).array(tensor)
         return named("allgather", name, lambda: self._allgather_handle(tensor, process_set),
-                      tensor_signature([array], leading=False) + signature_settings(process_set),
-                      process_set, detail=describe(tensor_signature([array])))
+                     tensor_signature([array], leading=False) + signature_settings(process_set),
+                     process_set, detail=describe(tensor_signature([array])))
 
     def grouped_allgather(self, tensors: Sequence[Any], name: Any = None,
                           process_set: Any = None) -> list[Any]:
@@ -239,12 +239,12 @@ class Collectives:
         def start() -> HandleSet:
             handles = [self._allgather_handle(t, process_set) for t in tensors]
             return HandleSet(ringlet.Handle(handles, lambda: None),
-                              lambda: [h.synchronize() for h in handles])
+                             lambda: [h.synchronize() for h in handles])
 
         arrays = [backend_for(t).array(t) for t in tensors]
         return named("allgather", name, start,
-                      tensor_signature(arrays, leading=False) + signature_settings(process_set),
-                      process_set, detail=describe(tensor_signature(arrays)))
+                     tensor_signature(arrays, leading=False) + signature_settings(process_set),
+                     process_set, detail=describe(tensor_signature(arrays)))
 
     def allgather_object(self, obj: Any, name: Any = None, process_set: Any = None) -> list[Any]:
         """Every rank's picklable ``obj``, as a list indexed by rank."""
@@ -335,7 +335,7 @@ class Collectives:
             handles = [self._reducescatter_handle(t, op, process_set, prescale_factor,
                                                   postscale_factor) for t in tensors]
             return HandleSet(ringlet.Handle(handles, lambda: None),
-                              lambda: [h.synchronize() for h in handles])
+                             lambda: [h.synchronize() for h in handles])
 
         return named("reducescatter", name, start, self._reducescatter_signature(
             tensors, op, process_set, prescale_factor, postscale_factor), process_set)

@@ -31,7 +31,7 @@ def dtype_named(name: str) -> np.dtype:
 
 
 def run_fused(requests: list[Request | None],
-               signatures: list[tuple[Any, ...]]) -> list[HandleSet]:
+              signatures: list[tuple[Any, ...]]) -> list[HandleSet]:
     """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) on
     the negotiation thread: this rank's tensors, or zeros where it has joined."""
     settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
@@ -53,7 +53,7 @@ def run_fused(requests: list[Request | None],
             in_place += [place] * len(arrays)
         spans.append((start, len(originals)))
     handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
-                                    settings["prescale"], settings["postscale"], process_set)
+                                   settings["prescale"], settings["postscale"], process_set)
     results: list[list[np.ndarray]] = []
 
     def all_results() -> list[np.ndarray]:
@@ -78,8 +78,8 @@ def run_fused(requests: list[Request | None],
 
 
 def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
-                   compression: Any, prescale: float, postscale: float,
-                   process_set: Any) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+                  compression: Any, prescale: float, postscale: float,
+                  process_set: Any) -> tuple[Any, Callable[[], list[np.ndarray]]]:
     """Start allreducing ``originals`` (each in place where asked and possible); returns the
     handle and a function that, once it has finished, gives the results in the originals'
     dtypes."""
@@ -118,7 +118,7 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
 
 
 def deliver(backend: Backend, tensors: Sequence[Any], results: list[np.ndarray],
-              in_place: bool) -> list[Any]:
+            in_place: bool) -> list[Any]:
     """An allreduce's results as the caller's tensors: written into them (in place), or new."""
     if in_place:
         for tensor, result in zip(tensors, results):

@@ -79,8 +79,8 @@ def finished_handle(result: Any) -> HandleSet:
 
 
 def named(collective: str, name: Any, start: Callable[[], HandleSet],
-           signature: tuple[Any, ...] = (), process_set: Any = None,
-           payload: Any = None, detail: str | None = None, inline: bool = False) -> HandleSet:
+          signature: tuple[Any, ...] = (), process_set: Any = None,
+          payload: Any = None, detail: str | None = None, inline: bool = False) -> HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
     flight on this rank: then ValueError (Horovod's words) before anything is sent.
 

@@ -82,7 +82,7 @@ def join_refusal(absent: Sequence[int], what: str) -> str:
 
 
 def mismatch(collective: str, name: str,
-              passed: dict[int, tuple[tuple[Any, ...], str]]) -> str:
+             passed: dict[int, tuple[tuple[Any, ...], str]]) -> str:
     """Horovod's error for a name passed with different arguments ("Mismatched allreduce
     tensor shapes", "... data types", ...), naming what each rank passed."""
     signatures = [value[0] for value in passed.values()]

@@ -48,13 +48,13 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
             return [out]
         work = [aligned_copy(a) for a in arrays]
         api.grouped_allreduce_(work, name=name, op=op, prescale_factor=prescale,
-                                postscale_factor=postscale, process_set=process_set,
-                                compression=compression)
+                               postscale_factor=postscale, process_set=process_set,
+                               compression=compression)
         return work
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         return run_op(compute, xs, [x.dtype for x in xs], [x.shape for x in xs],
-                    _op_label("Allreduce", name))
+                      _op_label("Allreduce", name))
 
     def backward(dys: list[tf.Tensor]) -> list[Any]:
         return _reduce(dys, op, prescale, postscale, Compression.none, process_set, None)
@@ -153,7 +153,7 @@ def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Te
                 raise ValueError("allgather needs a tensor with at least one dimension "
                                  "(it concatenates the first); got a scalar")
         return run_op(compute, xs, [x.dtype for x in xs], [_rows_shape(x.shape) for x in xs],
-                    _op_label("Allgather", name))
+                      _op_label("Allgather", name))
 
     def backward(dys: list[tf.Tensor]) -> list[Any]:
         reduced = [_reduce([d], Average, 1.0, 1.0, None, process_set, None)[0] for d in dys]
@@ -245,7 +245,7 @@ def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
                 for a in arrays]
 
     values = run_op(compute, variables, [v.dtype for v in variables], [v.shape for v in variables],
-                  "RingletBroadcastVariables")
+                    "RingletBroadcastVariables")
     assigned = [v.assign(value) for v, value in zip(variables, values)]
     return variables if tf.executing_eagerly() else assigned
 
@@ -300,9 +300,9 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
 
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
         return [np.asarray(api.reducescatter(np.ascontiguousarray(a), op=op,
-                                              process_set=process_set,
-                                              prescale_factor=prescale_factor,
-                                              postscale_factor=postscale_factor))
+                                             process_set=process_set,
+                                             prescale_factor=prescale_factor,
+                                             postscale_factor=postscale_factor))
                 for a in arrays]
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -313,7 +313,7 @@ def grouped_reducescatter(tensors: Any, device_dense: str = "",
         shapes = [tf.TensorShape([_scatter_rows(x.shape[0], process_set)]).concatenate(
             x.shape[1:]) if x.shape[0] is not None else _rows_shape(x.shape) for x in xs]
         return run_op(compute, xs, [x.dtype for x in xs], shapes,
-                    _op_label("Reducescatter", name))
+                      _op_label("Reducescatter", name))
 
     def backward(dys: list[tf.Tensor]) -> list[Any]:
         factor = (set_size(process_set) if op == Sum else 1) * prescale_factor * \
@@ -355,19 +355,19 @@ def _exchange(tensor: tf.Tensor, splits: tf.Tensor, process_set: Any,
               name: Any) -> tuple[tf.Tensor, tf.Tensor]:
     def compute(array: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
         received, rows = api.alltoall(np.ascontiguousarray(array), counts.tolist(),
-                                       process_set=process_set)
+                                      process_set=process_set)
         return [np.asarray(received), np.asarray(rows, dtype=np.int32)]
 
     shapes = [_rows_shape(tensor.shape), tf.TensorShape([set_size(process_set)])]
     if not tensor.dtype.is_floating:
         output, received = run_op(compute, [tensor, splits], [tensor.dtype, tf.int32], shapes,
-                                _op_label("Alltoall", name))
+                                  _op_label("Alltoall", name))
         return output, received
 
     @tf.custom_gradient
     def differentiable(x: tf.Tensor) -> Any:
         output, received = run_op(compute, [x, splits], [x.dtype, tf.int32], shapes,
-                                _op_label("Alltoall", name))
+                                  _op_label("Alltoall", name))
 
         def grad(dy: Any, _received: Any = None) -> Any:
             dy = tf.zeros_like(output) if dy is None else dy

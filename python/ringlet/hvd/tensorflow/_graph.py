@@ -85,7 +85,7 @@ register_backend(tf.Variable, TensorFlowBackend())
 
 
 def run_op(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
-         dtypes: Sequence[tf.DType], shapes: Sequence[Any], name: str) -> list[tf.Tensor]:
+           dtypes: Sequence[tf.DType], shapes: Sequence[Any], name: str) -> list[tf.Tensor]:
     """``compute`` (NumPy arrays in, NumPy arrays out) on ``inputs``: at once when eager, else
     as a stateful graph operation, which TensorFlow runs in program order."""
     inputs = [dense_tensor(x) for x in inputs]
@@ -145,8 +145,8 @@ def dense_tensor(x: Any) -> tf.Tensor:
 
 
 def with_gradient(forward: Callable[[list[tf.Tensor]], list[tf.Tensor]],
-                   backward: Callable[[list[tf.Tensor]], list[Any]],
-                   inputs: list[tf.Tensor]) -> list[tf.Tensor]:
+                  backward: Callable[[list[tf.Tensor]], list[Any]],
+                  inputs: list[tf.Tensor]) -> list[tf.Tensor]:
     """``forward(inputs)``, differentiable through ``backward`` when the inputs are floats."""
     inputs = [dense_tensor(x) for x in inputs]  # a variable's read is what a tape watches
     if not inputs or not all(x.dtype.is_floating for x in inputs) or not _may_record(inputs):

@@ -78,14 +78,14 @@ class _Allreduce(torch.autograd.Function):
                 compression: Any, process_set: Any) -> torch.Tensor:
         ctx.reduction = (op, prescale, postscale, process_set)
         return api.allreduce(tensor, op=op, prescale_factor=prescale,
-                              postscale_factor=postscale, compression=compression,
-                              process_set=process_set)
+                             postscale_factor=postscale, compression=compression,
+                             process_set=process_set)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         op, prescale, postscale, process_set = ctx.reduction
         return (api.allreduce(grad.contiguous(), op=op, prescale_factor=prescale,
-                               postscale_factor=postscale, process_set=process_set),
+                              postscale_factor=postscale, process_set=process_set),
                 None, None, None, None, None)
 
 
@@ -96,15 +96,15 @@ class _GroupedAllreduce(torch.autograd.Function):
         op, prescale, postscale, compression, process_set = reduction
         ctx.reduction = (op, prescale, postscale, process_set)
         return tuple(api.grouped_allreduce(list(tensors), op=op, prescale_factor=prescale,
-                                            postscale_factor=postscale,
-                                            compression=compression, process_set=process_set))
+                                           postscale_factor=postscale,
+                                           compression=compression, process_set=process_set))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         op, prescale, postscale, process_set = ctx.reduction
         reduced = api.grouped_allreduce([g.contiguous() for g in grads], op=op,
-                                         prescale_factor=prescale, postscale_factor=postscale,
-                                         process_set=process_set)
+                                        prescale_factor=prescale, postscale_factor=postscale,
+                                        process_set=process_set)
         return (None, *reduced)
 
 
@@ -112,7 +112,7 @@ def _own_rows(grads: list[torch.Tensor], rows: list[int], process_set: Any) -> l
     """Each gradient averaged over the ranks, narrowed to this rank's rows of it (the allgather
     backward rule: Horovod 0.28's; it summed before 0.20)."""
     reduced = api.grouped_allreduce([g.contiguous() for g in grads], op=Average,
-                                     process_set=process_set)
+                                    process_set=process_set)
     everyone = api.allgather_object(rows, process_set=process_set)
     me = set_rank(process_set)
     return [r.narrow(0, sum(other[i] for other in everyone[:me]), n)
@@ -161,7 +161,7 @@ class _Reducescatter(torch.autograd.Function):
                 process_set: Any) -> torch.Tensor:
         ctx.reduction = (op, prescale, postscale, process_set)
         return api.reducescatter(tensor, op=op, process_set=process_set,
-                                  prescale_factor=prescale, postscale_factor=postscale)
+                                 prescale_factor=prescale, postscale_factor=postscale)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
@@ -197,7 +197,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, _received_grad: Any) -> Any:
         sent_back, _ = api.alltoall(grad.contiguous(), ctx.received,
-                                     process_set=ctx.process_set)
+                                    process_set=ctx.process_set)
         return sent_back, None, None
 
 
@@ -230,8 +230,8 @@ def allreduce(tensor: Any, average: Any = None, name: Any = None,
     op = OPS[ringlet_op(average, op)]
     if not _tensors_need_grad([tensor]):
         return api.allreduce(tensor, name=name, op=op, compression=compression,
-                              process_set=process_set, prescale_factor=prescale_factor,
-                              postscale_factor=postscale_factor)
+                             process_set=process_set, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor)
     ringlet_set(process_set)
     return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, compression,
                             process_set)
@@ -246,8 +246,8 @@ def grouped_allreduce(tensors: Any, average: Any = None, name: Any = None,
     tensors = list(tensors)
     if not _tensors_need_grad(tensors):
         return api.grouped_allreduce(tensors, name=name, op=op, compression=compression,
-                                      process_set=process_set, prescale_factor=prescale_factor,
-                                      postscale_factor=postscale_factor)
+                                     process_set=process_set, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor)
     ringlet_set(process_set)
     reduction = (op, prescale_factor, postscale_factor, compression, process_set)
     return list(_GroupedAllreduce.apply(reduction, *tensors))
@@ -277,7 +277,7 @@ def reducescatter(tensor: Any, name: Any = None, compression: Any = Compression.
     """Horovod's ``reducescatter``: differentiable when ``tensor`` requires grad."""
     if not _tensors_need_grad([tensor]):
         return api.reducescatter(tensor, name, op, process_set, prescale_factor,
-                                  postscale_factor)
+                                 postscale_factor)
     ringlet_set(process_set)
     return _Reducescatter.apply(tensor, op, prescale_factor, postscale_factor, process_set)
 
@@ -290,7 +290,7 @@ def grouped_reducescatter(tensors: Any, name: Any = None, compression: Any = Com
     tensors = list(tensors)
     if not _tensors_need_grad(tensors):
         return api.grouped_reducescatter(tensors, name, op, process_set, prescale_factor,
-                                          postscale_factor)
+                                         postscale_factor)
     ringlet_set(process_set)
     reduction = (op, prescale_factor, postscale_factor, process_set)
     return list(_GroupedReducescatter.apply(reduction, *tensors))
@@ -328,7 +328,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: Any = None, op: Any = Ave
         raise ValueError("sparse_allreduce_async supports Sum and Average")
     # Allgather concatenates the first dimension: indices travel transposed.
     indices = api.allgather(tensor._indices().transpose(0, 1).contiguous(),
-                             process_set=process_set)
+                            process_set=process_set)
     values = api.allgather(tensor._values().contiguous(), process_set=process_set)
     if op == Average:
         values = values / set_size(process_set)
