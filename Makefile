@@ -59,8 +59,10 @@ TEST_SIZES ?= 1 2 3
 TEST_SLICE_SIZES ?= 5 8
 ALL_TEST_SIZES ?= 1 2 3 4 5 8
 CHECK_SIZES ?= 2 3
-# The suites of ringlet's own API and of ringlet.hvd (NumPy and torch) under mpirun.
-MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
+# The suites of ringlet's own API and of ringlet.hvd (NumPy, torch, and the options shared by
+# torch, TensorFlow and Keras) under mpirun.
+MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/hvd/test_hvd_options.py \
+	tests/jupyter/engines
 # What runs at 5 and 8 ranks in make test: the collectives, whose algorithms change shape with
 # the rank count (folds of non-powers of two, three levels of halving).
 MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collectives.py \

@@ -22,7 +22,7 @@ import numpy as np
 
 import ringlet
 import ringlet.hvd as hvd
-from ringlet.hvd import _common
+from ringlet.hvd._api import use_matching
 
 
 def latency(calls: int) -> float:
@@ -62,11 +62,11 @@ def main() -> int:
                                                for m in ("order", "name")}
     for round_ in range(args.rounds):
         for matching in ("order", "name") if round_ % 2 == 0 else ("name", "order"):
-            _common.use_matching(matching)
+            use_matching(matching)
             latency(20)  # warm: the first sight of a name, the caches
             rows[matching]["latency"].append(latency(args.calls))
             rows[matching]["ops"].append(throughput(args.bursts, args.names, matching == "name"))
-            _common.use_matching("order")
+            use_matching("order")
     # The slowest rank's figures.
     result = {m: {"latency_us": max(ringlet.allgather_object(
         statistics.median(v["latency"]) * 1e6)), "ops_per_s": min(ringlet.allgather_object(

@@ -50,7 +50,7 @@ from torch import nn
 import ringlet
 import ringlet.hvd.torch as hvd
 from ringlet import _core
-from ringlet.hvd import _common as hvd_common
+from ringlet.hvd._api import use_matching
 
 BATCH = 32
 PATHS = ("none", "ringlet", "ddp")
@@ -199,11 +199,11 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 def _matching(path: Path) -> Iterator[None]:
     """The path's matching for ringlet.hvd while it runs (name matching's negotiation runs only
     then, so that it costs the other paths nothing)."""
-    hvd_common.use_matching(path.variant.matching)
+    use_matching(path.variant.matching)
     try:
         yield
     finally:
-        hvd_common.use_matching("order")
+        use_matching("order")
 
 
 def run_block(path: Path, steps: int, comm: MPI.Comm) -> None:

@@ -9,76 +9,74 @@ Every function of ``horovod.torch`` is here with the same name, argument order a
 
 from __future__ import annotations
 
-from ._common import (
+from ._api import api as _horovod
+from ._ops import (
     Adasum,
     Average,
     Compression,
     Compressor,
-    Horovod,
     HorovodInternalError,
     Max,
     Min,
-    ProcessSet,
     Product,
     ReduceOp,
     Sum,
-    global_process_set,
 )
+from ._process_sets import ProcessSet, global_process_set
 
-_api = Horovod()
-init = _api.init
-shutdown = _api.shutdown
-is_initialized = _api.is_initialized
-rank = _api.rank
-size = _api.size
-local_rank = _api.local_rank
-local_size = _api.local_size
-cross_rank = _api.cross_rank
-cross_size = _api.cross_size
-mpi_threads_supported = _api.mpi_threads_supported
-mpi_enabled = _api.mpi_enabled
-mpi_built = _api.mpi_built
-gloo_enabled = _api.gloo_enabled
-gloo_built = _api.gloo_built
-nccl_built = _api.nccl_built
-add_process_set = _api.add_process_set
-remove_process_set = _api.remove_process_set
-alltoall = _api.alltoall
-alltoall_async = _api.alltoall_async
-start_timeline = _api.start_timeline
-stop_timeline = _api.stop_timeline
-ddl_built = _api.ddl_built
-ccl_built = _api.ccl_built
-cuda_built = _api.cuda_built
-rocm_built = _api.rocm_built
-is_homogeneous = _api.is_homogeneous
-allgather_async = _api.allgather_async
-grouped_allgather = _api.grouped_allgather
-grouped_allgather_async = _api.grouped_allgather_async
-reducescatter_async = _api.reducescatter_async
-grouped_reducescatter = _api.grouped_reducescatter
-grouped_reducescatter_async = _api.grouped_reducescatter_async
-allreduce = _api.allreduce
-allreduce_ = _api.allreduce_
-allreduce_async = _api.allreduce_async
-allreduce_async_ = _api.allreduce_async_
-grouped_allreduce = _api.grouped_allreduce
-grouped_allreduce_ = _api.grouped_allreduce_
-grouped_allreduce_async = _api.grouped_allreduce_async
-grouped_allreduce_async_ = _api.grouped_allreduce_async_
-synchronize = _api.synchronize
-poll = _api.poll
-allgather = _api.allgather
-allgather_object = _api.allgather_object
-reducescatter = _api.reducescatter
-broadcast = _api.broadcast
-broadcast_ = _api.broadcast_
-broadcast_async = _api.broadcast_async
-broadcast_async_ = _api.broadcast_async_
-broadcast_object = _api.broadcast_object
-broadcast_parameters = _api.broadcast_parameters
-barrier = _api.barrier
-join = _api.join
+init = _horovod.init
+shutdown = _horovod.shutdown
+is_initialized = _horovod.is_initialized
+rank = _horovod.rank
+size = _horovod.size
+local_rank = _horovod.local_rank
+local_size = _horovod.local_size
+cross_rank = _horovod.cross_rank
+cross_size = _horovod.cross_size
+mpi_threads_supported = _horovod.mpi_threads_supported
+mpi_enabled = _horovod.mpi_enabled
+mpi_built = _horovod.mpi_built
+gloo_enabled = _horovod.gloo_enabled
+gloo_built = _horovod.gloo_built
+nccl_built = _horovod.nccl_built
+add_process_set = _horovod.add_process_set
+remove_process_set = _horovod.remove_process_set
+alltoall = _horovod.alltoall
+alltoall_async = _horovod.alltoall_async
+start_timeline = _horovod.start_timeline
+stop_timeline = _horovod.stop_timeline
+ddl_built = _horovod.ddl_built
+ccl_built = _horovod.ccl_built
+cuda_built = _horovod.cuda_built
+rocm_built = _horovod.rocm_built
+is_homogeneous = _horovod.is_homogeneous
+allgather_async = _horovod.allgather_async
+grouped_allgather = _horovod.grouped_allgather
+grouped_allgather_async = _horovod.grouped_allgather_async
+reducescatter_async = _horovod.reducescatter_async
+grouped_reducescatter = _horovod.grouped_reducescatter
+grouped_reducescatter_async = _horovod.grouped_reducescatter_async
+allreduce = _horovod.allreduce
+allreduce_ = _horovod.allreduce_
+allreduce_async = _horovod.allreduce_async
+allreduce_async_ = _horovod.allreduce_async_
+grouped_allreduce = _horovod.grouped_allreduce
+grouped_allreduce_ = _horovod.grouped_allreduce_
+grouped_allreduce_async = _horovod.grouped_allreduce_async
+grouped_allreduce_async_ = _horovod.grouped_allreduce_async_
+synchronize = _horovod.synchronize
+poll = _horovod.poll
+allgather = _horovod.allgather
+allgather_object = _horovod.allgather_object
+reducescatter = _horovod.reducescatter
+broadcast = _horovod.broadcast
+broadcast_ = _horovod.broadcast_
+broadcast_async = _horovod.broadcast_async
+broadcast_async_ = _horovod.broadcast_async_
+broadcast_object = _horovod.broadcast_object
+broadcast_parameters = _horovod.broadcast_parameters
+barrier = _horovod.barrier
+join = _horovod.join
 
 __all__ = [
     "Adasum",

@@ -25,12 +25,16 @@ rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
   rank when they passed different arguments (Horovod's error, naming what each rank passed).
   A name that ran is cached (least recently used out when the cache is full; a rank waiting
   for an evicted name announces it again).
-- only when a rank's request has waited longer than ``RINGLET_HVD_STALL_SECONDS`` (60): an
-  ``allgather_object`` of every rank's waiting names, and a warning naming, for each name, the
-  ranks that have not submitted it (the stall inspector).
+- only when a rank's request has waited longer than ``RINGLET_STALL_WARNING`` (60 s; 0: never),
+  the core's stall warning: an ``allgather_object`` of every rank's waiting names, then the
+  core stall inspector's messages (runtime/stall.rs), once per request: each waiting rank says
+  what it waits in and for which rank, and rank 0 names, for each name, the ranks that have not
+  submitted it (the stall inspector).
 
 Joined ranks (``join``) take part in every allreduce the others run, with zeros; other
-collectives fail on every rank while a rank has joined. ``join`` returns when every rank has
+collectives fail on every rank while a rank has joined. Mismatches and joins are reported in
+the core's words (runtime/consistency.rs) after Horovod's first words ("Mismatched allreduce
+tensor shapes"), which scripts and Horovod's tests match. ``join`` returns when every rank has
 joined, with the rank that joined last.
 """
 
@@ -41,14 +45,22 @@ import os
 import sys
 import threading
 import time
-import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import ringlet
+
+from ._reports import (
+    join_refusal,
+    mismatch,
+    missing_report,
+    stall_warning_from_environment,
+    waiting_report,
+)
+from ._requests import Key, Request
 
 MATCHING_VARIABLE = "RINGLET_HVD_MATCHING"
 MATCHINGS = ("order", "name")
@@ -56,8 +68,6 @@ DEFAULT_MATCHING = "order"
 """Order matching stays the default: name matching's cost on ``make bench-train`` is more than
 the 3% the project allows for a default (benchmarks/RESULTS.md, "Name matching")."""
 
-Key = tuple[str, str, tuple[int, ...]]
-"""(collective, name, the process set's ranks)."""
 _FLAGS = 4  # announce, shut down, stall query, waiting
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
 _IDLE_AFTER = 0.1
@@ -89,50 +99,6 @@ def matching_from_environment() -> str:
     return text
 
 
-_UNREMARKABLE = {("prescale", 1.0), ("postscale", 1.0), ("compression", "none"), ("set", 0)}
-"""Settings an error need not mention."""
-
-
-class Request:
-    """One collective submitted on this rank, until it has run.
-
-    ``signature`` is what every member must pass alike (Horovod's checks: dtype, shape, op,
-    root, ...; a tuple of (dtype, shape) tensors and (name, value) settings); ``detail`` how
-    an error names what this rank passed. ``start`` runs it (on the negotiation thread, once
-    every member has submitted it) and returns a handle. Allreduces have none: the negotiator
-    fuses them (``run_fused``), from their ``payload``."""
-
-    def __init__(self, collective: str, name: str, signature: tuple[Any, ...],
-                 members: tuple[int, ...], start: Callable[[], Any] | None = None,
-                 detail: str | None = None) -> None:
-        self.key: Key = (collective, name, members)
-        self.signature = signature
-        self.detail = detail or describe(signature)
-        self.start = start
-        self.payload: Any = None
-        """What the caller needs to run it fused (``ringlet.hvd._common``'s business)."""
-        self.inline = False
-        """Run by the caller itself, in its turn: the negotiation waits for ``resumed``."""
-        self.resumed = threading.Event()
-        self.submitted = time.monotonic()
-        self.reported = self.submitted
-        self.work: Any = None
-        self.error: BaseException | None = None
-        self.value: Any = None
-        self.ran = threading.Event()
-
-    def finish(self, work: Any = None, error: BaseException | None = None,
-               value: Any = None) -> None:
-        self.work, self.error, self.value = work, error, value
-        self.ran.set()
-
-
-def describe(signature: tuple[Any, ...]) -> str:
-    """A signature as an error names it: ``float32[17, 17] op=avg``."""
-    parts = [f"{a}[{', '.join(map(str, b))}]" if isinstance(b, tuple) else f"{a}={b}"
-             for a, b in signature if (a, b) not in _UNREMARKABLE and a != "fusable"]
-    return " ".join(parts) if parts else "nothing"
-
 
 class Negotiator:
     """The negotiation thread of this rank and its state, the same on every rank.
@@ -149,7 +115,9 @@ class Negotiator:
         self._idle_since: float | None = None
         """Since when no rank has had anything waiting: after 0.1 s of that, cycles come at
         the idle cycle time (the first operation after a pause waits for one of them)."""
-        self.stall_seconds = _seconds("RINGLET_HVD_STALL_SECONDS", 60.0)
+        self.stall_seconds = stall_warning_from_environment()
+        """RINGLET_STALL_WARNING, the core's: after how long a waiting request is reported
+        (None: never)."""
         self.capacity = max(int(_seconds("RINGLET_HVD_CACHE_CAPACITY", 1024)), 1)
         self.rank, self.size = ringlet.rank(), ringlet.size()
         self.everyone = tuple(range(self.size))
@@ -268,8 +236,7 @@ class Negotiator:
         vector[_SHUTDOWN] = -1 if self._shutting_down else 0
         vector[_WAITING] = -1 if self._local or self._join is not None else 0
         now = time.monotonic()
-        vector[_STALL] = -1 if any(now - r.reported > self.stall_seconds
-                                   for r in self._local.values()) else 0
+        vector[_STALL] = -1 if self._stalled(now) else 0
         joined = set(self._joined)
         for slot, key in enumerate(self._slots):
             if key is None:
@@ -285,6 +252,14 @@ class Negotiator:
                 ready = self.rank in joined and not set(members) <= joined
             vector[_FLAGS + slot] = int(ready)
         return vector, announcements
+
+    def _stalled(self, now: float) -> list[Request]:
+        """This rank's requests that have waited past the stall warning, not yet reported."""
+        limit = self.stall_seconds
+        if limit is None:
+            return []
+        return [r for r in self._local.values()
+                if not r.stall_reported and now - r.submitted >= limit]
 
     def _cycle(self) -> bool:
         """One cycle; False once negotiation stops."""
@@ -357,14 +332,11 @@ class Negotiator:
             passed = dict(sorted(submitted.items()))
             signature = next(iter(passed.values()))[0]
             if any(value[0] != signature for value in passed.values()):
-                return ("fail", key, _mismatch(collective, name, passed))
+                return ("fail", key, mismatch(collective, name, passed))
             self._insert(key, signature)
         absent = sorted(joined & set(members))
         if absent and not _joinable(collective, signature):
-            who = f"rank {absent[0]} has" if len(absent) == 1 else \
-                f"ranks {', '.join(map(str, absent))} have"
-            return ("fail", key, f"{collective} {name!r} cannot run: {who} joined (hvd.join), "
-                    "and only Sum and Average allreduces can go on without them")
+            return ("fail", key, join_refusal(absent, f"{collective} {name!r}"))
         return ("run", key, signature)
 
     def _insert(self, key: Key, signature: tuple[Any, ...]) -> None:
@@ -451,34 +423,37 @@ class Negotiator:
             request.finish(value=last)
 
     def _inspect_stall(self) -> None:
-        """Every rank's waiting names; rank 0 warns, per name, which ranks have not submitted
-        it (Horovod's stall inspector)."""
+        """Every rank's waiting names, then the core's stall messages (runtime/stall.rs): each
+        rank, for its requests that have waited past RINGLET_STALL_WARNING, what it waits in
+        and for which rank; rank 0, for each name, the ranks that have not submitted it."""
         now = time.monotonic()
         with self._lock:
-            mine = [(r.key, now - r.submitted) for r in self._local.values()]
-            for request in self._local.values():
-                if now - request.reported > self.stall_seconds:
-                    request.reported = now
+            due = self._stalled(now)
+            for request in due:
+                request.stall_reported = True
+            mine = [(r.key, now - r.submitted, r in due) for r in self._local.values()]
             joined = set(self._joined)
         everyone = ringlet.allgather_object(mine, process_set=self.comm)
-        if self.rank != 0:
-            return
-        waiting: dict[Key, dict[int, float]] = {}
+        waiting: dict[Key, dict[int, tuple[float, bool]]] = {}
         for rank, theirs in enumerate(everyone):
-            for key, age in theirs:
-                waiting.setdefault(key, {})[rank] = age
+            for key, age, is_due in theirs:
+                waiting.setdefault(key, {})[rank] = (age, is_due)
         lines = []
-        for (collective, name, members), ages in sorted(waiting.items()):
+        for key, ages in sorted(waiting.items()):
+            collective, name, members = key
             missing = [m for m in members if m not in ages and m not in joined]
-            if missing and max(ages.values()) > self.stall_seconds:
-                lines.append(f"  {collective} {name!r}: submitted by rank(s) {sorted(ages)} "
-                             f"{max(ages.values()):.0f} s ago; missing rank(s) {missing}")
+            if not missing:
+                continue
+            label = f"{collective} {name!r}"
+            age, is_due = ages.get(self.rank, (0.0, False))
+            if is_due:
+                lines.append(waiting_report(self.rank, age, label, missing[0],
+                                            self.stall_seconds or 0.0))
+            if self.rank == 0 and any(d for _, d in ages.values()):
+                oldest = max(a for a, _ in ages.values())
+                lines.append(missing_report(label, oldest, missing))
         if lines:
-            message = ("ringlet.hvd: one or more operations were submitted by some ranks and "
-                       f"have waited for the others for more than {self.stall_seconds:g} s:\n"
-                       + "\n".join(lines))
-            warnings.warn(message, RuntimeWarning, stacklevel=1)
-            print(message, file=sys.stderr, flush=True)
+            print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _joinable(collective: str, signature: tuple[Any, ...]) -> bool:
@@ -494,34 +469,3 @@ def _fusion_of(collective: str, signature: tuple[Any, ...]) -> tuple[Any, ...] |
     if ("fusable", False) in settings:
         return None
     return settings
-
-
-def _mismatch(collective: str, name: str,
-              passed: dict[int, tuple[tuple[Any, ...], str]]) -> str:
-    """Horovod's error for a name passed with different arguments ("Mismatched allreduce
-    tensor shapes", "... data types", ...), naming what each rank passed."""
-    signatures = [value[0] for value in passed.values()]
-    if len({len(_dtypes(s)) for s in signatures}) > 1:
-        what = "numbers of tensors"
-    elif len({_dtypes(s) for s in signatures}) > 1:
-        what = "data types"
-    elif len({tuple(t for t in s if isinstance(t[1], tuple)) for s in signatures}) > 1:
-        what = "tensor shapes"
-    else:
-        differ = {a for s in signatures for a, b in s if not isinstance(b, tuple)
-                  and len({dict(t for t in x if not isinstance(t[1], tuple)).get(a)
-                           for x in signatures}) > 1}
-        what = " and ".join(sorted(differ)) or "arguments"
-    return (f"Mismatched {collective} {what} for the operation named {name!r}: "
-            + "; ".join(f"rank {rank} passed {value[1]}" for rank, value in passed.items()))
-
-
-def _dtypes(signature: tuple[Any, ...]) -> tuple[str, ...]:
-    return tuple(dtype for dtype, shape in signature if isinstance(shape, tuple))
-
-
-def tensor_signature(arrays: Sequence[np.ndarray], leading: bool = True) -> tuple[Any, ...]:
-    """Each array as (dtype, shape); without its first dimension when ``leading`` is False
-    (allgather and alltoall: each rank has its own)."""
-    return tuple((str(a.dtype), tuple(a.shape) if leading else ("*", *a.shape[1:]))
-                 for a in arrays)

@@ -1,15 +1,15 @@
 """ringlet.hvd with RINGLET_HVD_MATCHING=name: operations matched across ranks by name, as
 Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
 
-Each test starts name matching afresh (a new negotiation, ``_common.use_matching``, as
+Each test starts name matching afresh (a new negotiation, ``ringlet.hvd._api.use_matching``, as
 RINGLET_HVD_MATCHING=name makes at ``hvd.init()``) and ends it, so that the other files of the
 suite keep order matching. Every result is
 compared with NumPy's, computed from every rank's input, which each rank rebuilds."""
 
 from __future__ import annotations
 
+import re
 import time
-import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,7 +19,9 @@ import torch
 import ringlet
 import ringlet.hvd as hvd
 import ringlet.hvd.torch as hvd_torch
-from ringlet.hvd import _common
+from ringlet.hvd._api import use_matching
+from ringlet.hvd._fusion import dtype_named
+from ringlet.hvd._state import state
 
 
 def input_of(rank: int, shape: tuple[int, ...], seed: int = 0,
@@ -30,21 +32,21 @@ def input_of(rank: int, shape: tuple[int, ...], seed: int = 0,
 @pytest.fixture(autouse=True)
 def name_matching() -> Iterator[None]:
     hvd.init()
-    _common.use_matching("name")
-    assert _common.matching_by_name()
+    use_matching("name")
+    assert state.matching_by_name()
     yield
     # Every rank level first: the first rank to stop negotiating stops it for all (Horovod's
     # shutdown), and would fail another rank's operation still waiting for its next cycle.
     hvd.barrier()
-    _common.use_matching("order")
-    assert not _common.matching_by_name()
+    use_matching("order")
+    assert not state.matching_by_name()
 
 
 def restart_matching(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:
     """A new negotiation that reads ``variable`` = ``value``."""
-    _common.use_matching("order")
+    use_matching("order")
     monkeypatch.setenv(variable, value)
-    _common.use_matching("name")
+    use_matching("name")
 
 
 def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
@@ -61,14 +63,14 @@ def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
 def test_results_are_bit_identical_to_order_matching(rank: int, size: int) -> None:
     x = np.random.default_rng([7, rank]).standard_normal(10_001).astype(np.float32)
     by_name = hvd.allreduce(x, name="same", op=hvd.Average)
-    _common.use_matching("order")
+    use_matching("order")
     by_order = hvd.allreduce(x, op=hvd.Average)
-    _common.use_matching("name")
+    use_matching("name")
     assert by_name.tobytes() == by_order.tobytes()
 
 
 def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: int,
-                                                                          size: int) -> None:
+                                                                        size: int) -> None:
     """Horovod's duplicate-name tests: rank 0 submits before a barrier, the others after."""
     t = input_of(rank, (17, 3))
     early = None
@@ -93,8 +95,10 @@ def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: in
 def test_different_arguments_under_one_name_fail_on_every_rank(rank: int, size: int) -> None:
     if size == 1:
         pytest.skip("needs two ranks to disagree")
+    # Horovod's first words, then the core's naming of ranks ("ranks 1-2 passed ...").
+    later = "rank 1" if size == 2 else f"ranks 1-{size - 1}"
     with pytest.raises(ringlet.MismatchError, match=r"Mismatched allreduce tensor shapes .*"
-                       r"rank 0 passed float32\[3\].*rank 1 passed float32\[4\]"):
+                       rf"rank 0 passed float32\[3\] op=avg; {later} passed float32\[4\] op=avg$"):
         hvd.allreduce(np.ones(3 + min(rank, 1), np.float32), name="shapes")
     with pytest.raises(ringlet.MismatchError, match="Mismatched allreduce data types"):
         hvd.allreduce(np.ones(3, np.float32 if rank == 0 else np.float64), name="dtypes")
@@ -117,10 +121,10 @@ def test_compressed_allreduces_match_order_matching_bit_for_bit(rank: int, size:
     handles = {name: hvd.allreduce_async(x, name=name, op=hvd.Average, compression=c)
                for name, c in compressors.items()}
     by_name = {name: hvd.synchronize(h) for name, h in handles.items()}
-    _common.use_matching("order")
+    use_matching("order")
     by_order = {name: hvd.allreduce(x, op=hvd.Average, compression=c)
                 for name, c in compressors.items()}
-    _common.use_matching("name")
+    use_matching("name")
     for name in compressors:
         assert by_name[name].dtype == np.float32
         assert by_name[name].tobytes() == by_order[name].tobytes(), name
@@ -175,18 +179,18 @@ def test_process_sets_have_names_of_their_own(rank: int, size: int) -> None:
 
 def test_many_small_ops_are_fused_and_every_dtype_is_exact(rank: int, size: int) -> None:
     dtypes = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"]
-    before = _common._negotiator.cycles if _common._negotiator else 0
+    before = state.negotiator.cycles if state.negotiator else 0
     handles = [(d, i, hvd.allreduce_async(input_of(rank, (i + 1,), i, d if d != "bfloat16"
                                                    else "float32").astype(
-        _common._dtype_named(d)), name=f"{d}.{i}", op=hvd.Sum))
+        dtype_named(d)), name=f"{d}.{i}", op=hvd.Sum))
         for d in dtypes for i in range(8)]
     for d, i, handle in handles:
         out = hvd.synchronize(handle)
         expected = sum(input_of(r, (i + 1,), i, "float64") for r in range(size))
-        assert out.dtype == _common._dtype_named(d)
+        assert out.dtype == dtype_named(d)
         np.testing.assert_array_equal(out.astype(np.float64),
                                       expected.astype(out.dtype).astype(np.float64))
-    assert _common._negotiator is not None and _common._negotiator.cycles - before < 64
+    assert state.negotiator is not None and state.negotiator.cycles - before < 64
 
 
 def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
@@ -199,12 +203,12 @@ def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
                                           name=n, op=hvd.Sum) for n in order}
         for n in order:
             assert hvd.synchronize(handles[n])[0] == size * (names.index(n) + round_)
-    assert _common._negotiator is not None and len(_common._negotiator._cache) <= 3
+    assert state.negotiator is not None and len(state.negotiator._cache) <= 3
 
 
 def test_a_name_evicted_in_the_cycle_it_runs_does_not_run_again(rank: int, size: int,
-                                                                  monkeypatch: pytest.MonkeyPatch
-                                                                  ) -> None:
+                                                                monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
     """A cache of one name. "b" is cached and "a" is not, both submitted in one (slow) cycle:
     "b" runs by its bit, "a" from the table, and caching "a" evicts "b". Had "b" been announced
     again as a name still waiting, it would run a second time, meeting the last rank's next
@@ -222,30 +226,73 @@ def test_a_name_evicted_in_the_cycle_it_runs_does_not_run_again(rank: int, size:
         time.sleep(0.5)  # several cycles, in which a leftover "b" would run
     late = hvd.allreduce_async(np.full(2, rank + 1, np.float32), name="b", op=hvd.Sum)
     assert hvd.synchronize(late)[0] == size * (size + 1) // 2
-    negotiator = _common._negotiator
+    negotiator = state.negotiator
     assert negotiator is not None and not negotiator._unannounced and not negotiator._table
 
 
-def test_the_stall_inspector_names_the_ranks_missing(rank: int, size: int,
-                                                     monkeypatch: pytest.MonkeyPatch,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
-    if size == 1:
-        pytest.skip("needs a rank to be missing")
-    restart_matching(monkeypatch, "RINGLET_HVD_STALL_SECONDS", "0.3")
+def _stall_of_rank_0(rank: int) -> None:
+    """Rank 0 submits "stalled"; the others submit it only after 1 s."""
     handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled") if rank == 0 else None
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        hvd.barrier()
-        time.sleep(1.0)
-        hvd.barrier()
+    hvd.barrier()
+    time.sleep(1.0)
+    hvd.barrier()
     if rank != 0:
         handle = hvd.allreduce_async(np.ones(3, np.float32), name="stalled")
     assert handle is not None and hvd.synchronize(handle)[0] == 1.0
+
+
+def test_a_stall_is_reported_in_the_core_format_after_the_core_variable(
+        rank: int, size: int, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """RINGLET_STALL_WARNING, the core's variable, and the core's two messages
+    (src/runtime/stall.rs; tests/failures/test_failures.py checks the core's own): the waiting
+    rank says what it waits in and for whom, rank 0 names the ranks missing."""
+    if size == 1:
+        pytest.skip("needs a rank to be missing")
+    monkeypatch.delenv("RINGLET_HVD_STALL_SECONDS", raising=False)
+    restart_matching(monkeypatch, "RINGLET_STALL_WARNING", "0.3")
+    capfd.readouterr()
+    _stall_of_rank_0(rank)
+    err = capfd.readouterr().err
     if rank == 0:
-        err = capfd.readouterr().err
-        missing = list(range(1, size))
-        assert "allreduce 'stalled': submitted by rank(s) [0]" in err, err
-        assert f"missing rank(s) {missing}" in err, err
+        missing = ", ".join(map(str, range(1, size)))
+        assert re.search(r"^ringlet: rank 0 has waited \d+ s in allreduce 'stalled' for rank 1, "
+                         r"which has not joined it \(or is itself waiting\); "
+                         r"RINGLET_STALL_WARNING=0\.3$", err, re.M), err
+        assert re.search(rf"^ringlet: allreduce 'stalled' has waited \d+ s: rank\(s\) {missing} "
+                         r"have not joined it \(every other rank reports waiting\)$", err,
+                         re.M), err
+        assert err.count("ringlet:") == 2, err  # once per stall, as the core's
+    else:
+        assert "ringlet:" not in err, err  # they were not waiting
+
+
+def test_the_retired_variable_warns_and_no_longer_sets_the_delay(
+        rank: int, size: int, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    if size == 1:
+        pytest.skip("needs a rank to be missing")
+    monkeypatch.delenv("RINGLET_STALL_WARNING", raising=False)  # the core's default: 60 s
+    with pytest.warns(FutureWarning, match="RINGLET_HVD_STALL_SECONDS is no longer read"):
+        restart_matching(monkeypatch, "RINGLET_HVD_STALL_SECONDS", "0.3")
+    capfd.readouterr()
+    _stall_of_rank_0(rank)
+    assert "has waited" not in capfd.readouterr().err
+
+
+def test_the_stall_warning_is_read_as_the_core_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringlet.hvd._reports import stall_warning_from_environment
+
+    monkeypatch.delenv("RINGLET_HVD_STALL_SECONDS", raising=False)
+    monkeypatch.delenv("RINGLET_STALL_WARNING", raising=False)
+    assert stall_warning_from_environment() == 60.0
+    for text, seconds in (("2.5", 2.5), (" 7 ", 7.0), ("0", None), ("-1", None)):
+        monkeypatch.setenv("RINGLET_STALL_WARNING", text)
+        assert stall_warning_from_environment() == seconds, text
+    for text in ("soon", "", "inf", "nan"):
+        monkeypatch.setenv("RINGLET_STALL_WARNING", text)
+        with pytest.raises(ValueError, match="is not a number of seconds"):
+            stall_warning_from_environment()
 
 
 def test_shutdown_with_an_op_pending_fails_it_on_every_rank(rank: int, size: int) -> None:
@@ -253,8 +300,8 @@ def test_shutdown_with_an_op_pending_fails_it_on_every_rank(rank: int, size: int
         pytest.skip("needs a rank that never submits")
     handle = hvd.allreduce_async(np.ones(3, np.float32), name="never") if rank == 0 else None
     hvd.barrier()
-    _common.use_matching("order")  # what hvd.shutdown() does first
-    _common.use_matching("name")
+    use_matching("order")  # what hvd.shutdown() does first
+    use_matching("name")
     if handle is not None:
         with pytest.raises(ringlet.RingletError, match="shut down"):
             hvd.synchronize(handle)
@@ -266,9 +313,9 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         hvd.init()
     monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
     hvd.init()
-    assert _common.matching_by_name()
+    assert state.matching_by_name()
     with pytest.raises(ValueError, match="matching is 'name' or 'order'"):
-        _common.use_matching("names")
+        use_matching("names")
 
 
 # Slow (40 s): many training steps under both matchings; the other tests here cover the
@@ -290,9 +337,9 @@ def test_distributed_optimizer_steps_as_with_order_matching(rank: int, size: int
         return [p.detach().clone() for p in model.parameters()]
 
     by_name = train()
-    _common.use_matching("order")
+    use_matching("order")
     by_order = train()
-    _common.use_matching("name")
+    use_matching("name")
     assert all(torch.equal(a, b) for a, b in zip(by_name, by_order))
     alone = train_without_averaging()  # (one rank's average is its own gradient)
     assert all(torch.equal(a, b) for a, b in zip(by_name, alone)) == (size == 1)

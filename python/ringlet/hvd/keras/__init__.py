@@ -19,7 +19,6 @@ import numpy as np
 
 import ringlet
 
-from .. import _api as _numpy_api
 from .. import (
     add_process_set,
     ccl_built,
@@ -45,13 +44,9 @@ from .. import (
     start_timeline,
     stop_timeline,
 )
-from .._common import (
-    Average,
-    Compression,
-    ProcessSet,
-    Sum,
-    global_process_set,
-)
+from .._api import api as _numpy_api
+from .._ops import Average, Compression, Sum
+from .._process_sets import ProcessSet, global_process_set
 from . import callbacks
 from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer, wrapper_class
 from .callbacks import (

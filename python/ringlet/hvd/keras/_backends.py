@@ -12,7 +12,9 @@ from typing import Any
 
 import keras
 
-from .._common import _WIRE_NAMES, Compression, _ringlet_set
+from .._ops import WIRE_NAMES, Compression
+from .._process_sets import ringlet_set
+from .._state import state
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -47,7 +49,7 @@ def _wire_dtype(compression: Any) -> str | None:
     are refused (their compress/decompress would run on traced values of any backend)."""
     wire = getattr(compression, "wire_dtype", None)
     if compression in (None, Compression.none, Compression.fp16, Compression.bf16):
-        return None if wire is None else _WIRE_NAMES[wire]
+        return None if wire is None else WIRE_NAMES[wire]
     raise NotImplementedError(
         f"ringlet.hvd.keras.DistributedOptimizer takes compression=Compression.none, .fp16 or "
         f".bf16, not {compression!r}"
@@ -60,9 +62,7 @@ def _jax(tensors: list[Any], op: str, prescale: float, postscale: float, compres
 
     import ringlet.jax as rj
 
-    from .._common import matching_by_name
-
-    if matching_by_name():
+    if state.matching_by_name():
         # Inside jax.jit the collectives are XLA's custom calls, matched by order; the
         # negotiation's own collectives would meet them in another order on another rank.
         raise RuntimeError(
@@ -76,7 +76,7 @@ def _jax(tensors: list[Any], op: str, prescale: float, postscale: float, compres
         work = [t * jnp.asarray(prescale, t.dtype) for t in work]
     if wire is not None:
         work = [t.astype(wire) if t.dtype.name in FLOAT_DTYPES else t for t in work]
-    reduced = rj.tree_allreduce(work, op, process_set=_ringlet_set(process_set))
+    reduced = rj.tree_allreduce(work, op, process_set=ringlet_set(process_set))
     reduced = [r.astype(d) for r, d in zip(reduced, dtypes)]
     if postscale != 1.0:
         reduced = [r * jnp.asarray(postscale, r.dtype) for r in reduced]
@@ -87,7 +87,7 @@ def _torch(tensors: list[Any], op: str, prescale: float, postscale: float, compr
            process_set: Any) -> list[Any]:
     import ringlet.hvd.torch as hvd_torch  # registers torch tensors with ringlet.hvd's API
 
-    from .._common import Average, Sum
+    from .._ops import Average, Sum
 
     _wire_dtype(compression)
     # In place, on the gradients' memory (Keras' torch trainer hands over fresh .grad tensors);
@@ -118,7 +118,7 @@ def _tensorflow(tensors: list[Any], op: str, prescale: float, postscale: float,
         raise NotImplementedError(
             "ringlet.hvd.keras on the TensorFlow backend needs ringlet.hvd.tensorflow"
         ) from missing
-    from .._common import Average, Sum
+    from .._ops import Average, Sum
 
     if sparse_as_dense:
         tensors = [tf.convert_to_tensor(t) if isinstance(t, tf.IndexedSlices) else t

@@ -9,7 +9,6 @@ routes ``apply_gradients`` (TensorFlow's trainer), ``apply`` (PyTorch's) and
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,9 @@ from keras import ops
 
 import ringlet
 
-from .._common import Average, Compression, Sum, _ringlet_set, _set_size, global_process_set
+from .._ops import Average, Compression, Sum
+from .._options import grouped, optimizer_options
+from .._process_sets import global_process_set, ringlet_set, set_size
 from . import _backends
 
 
@@ -35,12 +36,6 @@ class _Options:
     scale_local_gradients: bool = True
     name: str | None = None
     sparse_as_dense: bool = False
-
-
-def _split_list(items: list[Any], n: int) -> list[list[Any]]:
-    """``items`` in ``n`` consecutive chunks of nearly equal length (Horovod's split_list)."""
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
 class _Distributed:
@@ -113,19 +108,7 @@ class _Distributed:
             return grads  # outside the set: the wrapped optimizer's own step, as Horovod's
         indices = [i for i, (g, v) in enumerate(zip(grads, variables))
                    if g is not None and id(v) not in self._hvd_local_vars]
-        groups = options.groups
-        if isinstance(groups, int) and groups > 0:
-            chunks = [c for c in _split_list(indices, groups) if c]
-        elif isinstance(groups, list):
-            position = {id(variables[i]): i for i in indices}
-            chunks = []
-            for group in groups:
-                chunk = [position.pop(id(v)) for v in group if id(v) in position]
-                if chunk:
-                    chunks.append(chunk)
-            chunks.extend([i] for i in sorted(position.values()))  # the rest: one each
-        else:
-            chunks = [indices] if indices else []
+        chunks = grouped(indices, options.groups, lambda i: variables[i])
         reduced = list(grads)
         for chunk in chunks:
             results = _backends.grouped_allreduce(
@@ -134,7 +117,7 @@ class _Distributed:
             for i, result in zip(chunk, results):
                 reduced[i] = result
         if self._hvd_local_vars and options.scale_local_gradients:
-            size = float(_set_size(process_set))
+            size = float(set_size(process_set))
             for i, (g, v) in enumerate(zip(grads, variables)):
                 if g is not None and id(v) in self._hvd_local_vars:
                     reduced[i] = g / size
@@ -217,44 +200,31 @@ def _options(compression: Any, sparse_as_dense: bool, gradient_predivide_factor:
     """Horovod's checks (same words where it has them), then the options."""
     if op != Average and op != Sum:
         raise ValueError("op currently only supports Average and Sum")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if gradient_predivide_factor <= 0:
-        raise ValueError(f"gradient_predivide_factor must be positive, got "
-                         f"{gradient_predivide_factor}")
-    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-        raise ValueError(f"backward_passes_per_step must be an integer >= 1, got "
-                         f"{backward_passes_per_step!r}")
-    if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed "
-                      "in v0.23.0.", DeprecationWarning, stacklevel=3)
-        if groups is None:
-            groups = num_groups
-    if groups is not None and not (isinstance(groups, list) or
-                                   (isinstance(groups, int) and groups > 0)):
-        raise ValueError("groups should be a non-negative integer or a list of list of "
-                         "keras.Variable.")
+    checked = optimizer_options(
+        op=op, gradient_predivide_factor=gradient_predivide_factor,
+        backward_passes_per_step=backward_passes_per_step, num_groups=num_groups,
+        groups=groups, compression=compression, sparse_as_dense=sparse_as_dense, stacklevel=4)
     for device in (device_dense, device_sparse):
         if device and "cpu" not in device.lower():
             raise ValueError(f"ringlet reduces gradients on the CPU; device {device!r} is not "
                              "supported (leave device_dense and device_sparse empty)")
     _backends._wire_dtype(compression)
-    _ringlet_set(process_set)  # added, or a clear error now
+    ringlet_set(process_set)  # added, or a clear error now
     return _Options(
         compression=compression,
         op="avg" if op == Average else "sum",
         # Horovod's split of the average around the sum.
-        prescale=1.0 / gradient_predivide_factor,
-        postscale=float(gradient_predivide_factor),
-        passes=backward_passes_per_step,
+        prescale=checked.prescale,
+        postscale=checked.postscale,
+        passes=checked.passes,
         average_aggregated=bool(average_aggregated_gradients),
-        groups=groups,
+        groups=checked.groups,
         process_set=process_set,
         scale_local_gradients=bool(scale_local_gradients),
         name=name,
         # Only TensorFlow's gradients can be sparse (tf.IndexedSlices, of embeddings): densified
         # with it, else allgathered (Horovod's). JAX's and PyTorch's are always dense.
-        sparse_as_dense=bool(sparse_as_dense),
+        sparse_as_dense=checked.sparse_as_dense,
     )
 
 

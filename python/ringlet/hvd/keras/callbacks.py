@@ -16,9 +16,9 @@ import numpy as np
 
 import ringlet
 
-from .._common import Average, Horovod, _ringlet_set
-
-_numpy_api = Horovod()
+from .._api import api as _numpy_api
+from .._ops import Average
+from .._process_sets import ringlet_set
 
 
 def _sync(model: Any) -> None:
@@ -33,7 +33,7 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int, process_set: A
     """Overwrite each Keras variable with ``root_rank``'s value, on every rank (collective).
     Every rank must pass variables of the same shapes and dtypes in the same order."""
     variables = list(variables)
-    chosen = _ringlet_set(process_set)
+    chosen = ringlet_set(process_set)
     if chosen is not None and ringlet.rank() not in chosen.ranks:
         return
     arrays = [np.array(keras.ops.convert_to_numpy(v.value), order="C") for v in variables]

@@ -1,0 +1,153 @@
+"""Allreduces run as ringlet's grouped allreduce: the arrays prepared (widened, scaled,
+in place where they can be), the results handed back as the caller's tensors; and the
+allreduces that name matching fuses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import ringlet
+
+from ._backend import Backend
+from ._handles import HandleSet
+from ._ops import COMPRESSOR_BY_WIRE
+from ._process_sets import ringlet_set, set_by_id, set_size
+from ._requests import Request
+
+__all__ = ["WIDER", "deliver", "dtype_named", "prescaled_integers", "reduce_arrays",
+           "reducible_in_place", "run_fused", "scale_floats"]
+
+
+def dtype_named(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def run_fused(requests: list[Request | None],
+              signatures: list[tuple[Any, ...]]) -> list[HandleSet]:
+    """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) on
+    the negotiation thread: this rank's tensors, or zeros where it has joined."""
+    settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
+    process_set = set_by_id(settings["set"])
+    compression = COMPRESSOR_BY_WIRE[settings["compression"]]
+    originals: list[np.ndarray] = []
+    in_place: list[bool] = []
+    spans = []
+    for request, signature in zip(requests, signatures):
+        start = len(originals)
+        if request is None:
+            zeros = [np.zeros(shape, dtype_named(dtype)) for dtype, shape in signature
+                     if isinstance(shape, tuple)]
+            originals += zeros
+            in_place += [True] * len(zeros)
+        else:
+            _, _, arrays, place, _ = request.payload
+            originals += arrays
+            in_place += [place] * len(arrays)
+        spans.append((start, len(originals)))
+    handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
+                                   settings["prescale"], settings["postscale"], process_set)
+    results: list[list[np.ndarray]] = []
+
+    def all_results() -> list[np.ndarray]:
+        if not results:
+            results.append(finish())
+        return results[0]
+
+    handles = []
+    for request, (start, end) in zip(requests, spans):
+        if request is None:
+            handles.append(HandleSet(handle, lambda: None))
+            continue
+        backend, tensors, _, place, single = request.payload
+
+        def one(backend: Backend = backend, tensors: list[Any] = tensors, place: bool = place,
+                single: bool = single, start: int = start, end: int = end) -> Any:
+            out = deliver(backend, tensors, all_results()[start:end], place)
+            return out[0] if single else out
+
+        handles.append(HandleSet(handle, one))
+    return handles
+
+
+def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
+                  compression: Any, prescale: float, postscale: float,
+                  process_set: Any) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+    """Start allreducing ``originals`` (each in place where asked and possible); returns the
+    handle and a function that, once it has finished, gives the results in the originals'
+    dtypes."""
+    chosen = ringlet_set(process_set)
+    # Integer types the core does not reduce travel widened (a copy), wrapping back as
+    # Horovod's own sums of them wrap.
+    arrays = [a.astype(WIDER[a.dtype]) if a.dtype in WIDER else a for a in originals]
+    scaled = float(prescale) != 1.0 or float(postscale) != 1.0
+    integers = [scaled and a.dtype.kind in "iu" for a in arrays]
+    # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
+    # integers are scaled as Horovod scales them: in float64, truncated back, before the
+    # sum (prescale) and after it (postscale, with avg's 1/N), always on a copy, so that
+    # the tensor is unchanged if the collective fails.
+    work = [prescaled_integers(a, prescale) if integer
+            else a if place and reducible_in_place(a)
+            else np.array(a, order="C", copy=True)
+            for a, integer, place in zip(arrays, integers, in_place)]
+    floats = [w for w, integer in zip(work, integers) if not integer]
+    whole = [w for w, integer in zip(work, integers) if integer]
+    parts = [ringlet.allreduce_group_async(
+        floats, op_name, compression=compression, prescale=prescale, postscale=postscale,
+        process_set=chosen)]
+    if whole:
+        parts.append(ringlet.allreduce_group_async(
+            whole, "sum" if op_name == "avg" else op_name, process_set=chosen))
+    handle = ringlet.Handle(parts, lambda: None)
+    post = float(postscale) / (set_size(process_set) if op_name == "avg" else 1)
+
+    def finish() -> list[np.ndarray]:
+        for w, integer in zip(work, integers):
+            if integer:
+                np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
+        return [w.astype(o.dtype) if w.dtype != o.dtype else w for w, o in zip(work, originals)]
+
+    return handle, finish
+
+
+def deliver(backend: Backend, tensors: Sequence[Any], results: list[np.ndarray],
+            in_place: bool) -> list[Any]:
+    """An allreduce's results as the caller's tensors: written into them (in place), or new."""
+    if in_place:
+        for tensor, result in zip(tensors, results):
+            backend.assign(tensor, result)
+        return list(tensors)
+    return [backend.tensor(r, t) for r, t in zip(results, tensors)]
+
+
+
+WIDER = {np.dtype(narrow): np.dtype(wide) for narrow, wide in (
+    (np.int8, np.int32), (np.uint8, np.int32), (np.int16, np.int32), (np.uint16, np.int32),
+    (np.uint32, np.int64))}
+"""Integer types reduced in a wider one the core reduces (exactly: the ranks' values fit)."""
+
+
+
+def prescaled_integers(array: np.ndarray, prescale: float) -> np.ndarray:
+    """``array`` times ``prescale`` in float64, truncated toward zero (a new C array)."""
+    scaled = np.trunc(array.astype(np.float64) * float(prescale))
+    return np.ascontiguousarray(scaled.astype(array.dtype))
+
+
+def scale_floats(array: np.ndarray, factor: float) -> np.ndarray:
+    """``array`` times ``factor`` as Horovod scales floats: in the array's own precision, and
+    16-bit floats in float32 (rounding ``factor`` to 16 bits first would be coarser)."""
+    if array.dtype.itemsize == 2:
+        return (array.astype(np.float32) * np.float32(factor)).astype(array.dtype)
+    return array * array.dtype.type(factor)
+
+
+def reducible_in_place(array: np.ndarray) -> bool:
+    return bool(array.flags.carray and array.dtype.isnative)
