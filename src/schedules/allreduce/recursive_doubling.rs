@@ -7,11 +7,9 @@
 //! payloads). Large buffers run as independent pieces of at most `PIECE_BYTES`, which bounds
 //! the scratch: the algorithm needs a receive buffer as large as what it exchanges.
 
-use super::exchange::send_and_receive;
-use super::halving_doubling::{real_rank, Role};
-use super::{
-    largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Parts, Reduction, Tuning,
-};
+use crate::schedules::common::exchange::send_and_receive;
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;

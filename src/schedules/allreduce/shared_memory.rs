@@ -17,8 +17,8 @@
 //! it, so every rank ends with the same bits; 16-bit floats are accumulated in f32 across all
 //! ranks and rounded once.
 
-use super::blocks::Blocks;
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, convert, Order};
