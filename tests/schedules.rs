@@ -10,7 +10,7 @@ mod common;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::allreduce::halving_doubling::HalvingDoubling;
 use _core::schedules::allreduce::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
-use _core::schedules::allreduce::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
+use _core::schedules::allreduce::recursive_doubling::{RecursiveDoubling, SEGMENT_BYTES};
 use _core::schedules::allreduce::ring::Ring;
 use _core::schedules::{Algorithm, Allreduce, Cost, Factors, Parts, Reduction, Tuning};
 use _core::transport::waiting::set_wait_policy;
@@ -284,7 +284,7 @@ fn scratch_stays_within_each_algorithms_bound() {
                     let pof2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
                     let hd_bound = (count.div_ceil(2) + pof2 / 4) * dtype.size();
                     assert!(hd[r].peak_scratch <= hd_bound, "hd N={n} m={m}");
-                    assert!(rd[r].peak_scratch <= m.min(PIECE_BYTES), "rd N={n} m={m}");
+                    assert!(rd[r].peak_scratch <= m.min(SEGMENT_BYTES), "rd N={n} m={m}");
                     assert!(
                         piped[r].peak_scratch <= RECEIVE_WINDOW * segment,
                         "pipelined N={n} m={m}"
