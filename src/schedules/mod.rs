@@ -53,7 +53,7 @@ registry!(
         recursive_doubling::RecursiveDoubling,
         shared_memory::Shm,
         two_tier::TwoTier,
-        mpi_library::Mpi,
+        native_mpi::Mpi,
     ]
 );
 
@@ -72,7 +72,7 @@ registry!(
         binomial::BinomialReduce,
         k_chain::KChain,
         reduce_scatter_gather::ReduceScatterGather,
-        mpi_library::MpiReduce,
+        native_mpi::MpiReduce,
     ]
 );
 

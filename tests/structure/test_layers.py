@@ -608,11 +608,11 @@ BACK_EDGES = {
     "runtime/call.rs": ("use super::process as _back;", "call.rs -> process.rs"),
     "transport/mpi_shm.rs": ("use super::mpi::MpiTransport as _back;", "mpi_shm.rs -> mpi.rs"),
     "runtime/process.rs": ("use mpi::ffi as _raw;", "src/runtime/process.rs names the mpi crate"),
-    "schedules/allreduce/mpi_library.rs": (
-        "use mpi::ffi as _raw;", "src/schedules/allreduce/mpi_library.rs names the mpi crate"),
-    "schedules/reduce/mpi_library.rs": (
+    "schedules/allreduce/native_mpi.rs": (
+        "use mpi::ffi as _raw;", "src/schedules/allreduce/native_mpi.rs names the mpi crate"),
+    "schedules/reduce/native_mpi.rs": (
         "fn _raw(t: &dyn std::any::Any) -> bool { t.downcast_ref::<u8>().is_some() }",
-        "src/schedules/reduce/mpi_library.rs:1 downcast"),
+        "src/schedules/reduce/native_mpi.rs:1 downcast"),
     "bindings/errors.rs": ("use crate::dtype::DType as _direct;",
                            "src/bindings/errors.rs uses crate::dtype"),
 }

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "src/schedules/mod.rs"
-LAST_ALLREDUCE_ENTRY = "        mpi_library::Mpi,\n"
+LAST_ALLREDUCE_ENTRY = "        native_mpi::Mpi,\n"
 NEW_FILE = "src/schedules/allreduce/direct.rs"
 
 

@@ -116,7 +116,7 @@ pub(crate) fn library_reduction(
 
 #[cfg(test)]
 mod tests {
-    use crate::schedules::reduce::mpi_library::MpiReduce;
+    use crate::schedules::reduce::native_mpi::MpiReduce;
     use super::*;
     use crate::transport::local::LocalTransport;
     use crate::transport::view::View;

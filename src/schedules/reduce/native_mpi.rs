@@ -2,7 +2,7 @@
 //! Only on the MPI transport, and only for what MPI can reduce the way ringlet does.
 
 use super::{binomial::BinomialReduce, reduce_scatter_gather::ReduceScatterGather};
-use crate::schedules::allreduce::mpi_library::{library, library_reduction, support};
+use crate::schedules::allreduce::native_mpi::{library, library_reduction, support};
 use crate::schedules::{Algorithm, Cost, Reduce, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
