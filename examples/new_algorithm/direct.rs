@@ -1,9 +1,10 @@
 //! `direct`: every rank sends its whole vector to every other rank and combines all N vectors
 //! in rank order, so every rank computes the same bits. One round of N-1 messages of m bytes
 //! each way: for small messages on few ranks. (The worked example of CONTRIBUTING.md: this file
-//! in src/schedules/ plus one line in the ALLREDUCE registry make it an algorithm.)
+//! as src/schedules/allreduce/direct.rs plus one line in the ALLREDUCE registry of
+//! src/schedules/mod.rs make it an algorithm.)
 
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;

@@ -9,7 +9,8 @@ use crate::error::{CoreError, Result};
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-const BLOCK: usize = 256;
+/// Elements widened to f32 at a time (a batch), in a buffer on the stack.
+const BATCH: usize = 256;
 
 fn is_float(dtype: DType) -> bool {
     !matches!(dtype, DType::I32 | DType::I64)
@@ -74,21 +75,21 @@ pub fn convert_finishing(
             .for_each(|(d, &s)| *d = s / divisor * scale);
         return Ok(());
     }
-    // Everything else goes through f32 blocks (f64 sources narrow first: a compressed wire
+    // Everything else goes through f32 batches (f64 sources narrow first: a compressed wire
     // format holds less than f32 anyway, and f64 -> f32 keeps every f32 value exact).
-    let mut wide = [0f32; BLOCK];
+    let mut wide = [0f32; BATCH];
     let (divisor32, scale32) = (divisor as f32, scale as f32);
-    for start in (0..count).step_by(BLOCK) {
-        let n = BLOCK.min(count - start);
-        let block = &mut wide[..n];
-        load(from, src, start, block)?;
+    for start in (0..count).step_by(BATCH) {
+        let n = BATCH.min(count - start);
+        let batch = &mut wide[..n];
+        load(from, src, start, batch)?;
         if divisor > 1 {
-            block.iter_mut().for_each(|x| *x /= divisor32);
+            batch.iter_mut().for_each(|x| *x /= divisor32);
         }
         if scale != 1.0 {
-            block.iter_mut().for_each(|x| *x *= scale32);
+            batch.iter_mut().for_each(|x| *x *= scale32);
         }
-        store(to, block, dst, start)?;
+        store(to, batch, dst, start)?;
     }
     Ok(())
 }
@@ -110,13 +111,13 @@ pub fn scale(dtype: DType, buf: &mut [u8], factor: f64) -> Result<()> {
         return Ok(());
     }
     let count = buf.len() / dtype.size();
-    let mut wide = [0f32; BLOCK];
-    for start in (0..count).step_by(BLOCK) {
-        let n = BLOCK.min(count - start);
-        let block = &mut wide[..n];
-        load(dtype, buf, start, block)?;
-        block.iter_mut().for_each(|x| *x *= factor as f32);
-        store(dtype, block, buf, start)?;
+    let mut wide = [0f32; BATCH];
+    for start in (0..count).step_by(BATCH) {
+        let n = BATCH.min(count - start);
+        let batch = &mut wide[..n];
+        load(dtype, buf, start, batch)?;
+        batch.iter_mut().for_each(|x| *x *= factor as f32);
+        store(dtype, batch, buf, start)?;
     }
     Ok(())
 }
@@ -141,20 +142,20 @@ fn load(from: DType, src: &[u8], start: usize, out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-fn store(to: DType, block: &[f32], dst: &mut [u8], start: usize) -> Result<()> {
-    let range = start..start + block.len();
+fn store(to: DType, batch: &[f32], dst: &mut [u8], start: usize) -> Result<()> {
+    let range = start..start + batch.len();
     match to {
-        DType::F32 => typed_mut::<f32>(dst)?[range].copy_from_slice(block),
+        DType::F32 => typed_mut::<f32>(dst)?[range].copy_from_slice(batch),
         DType::F64 => typed_mut::<f64>(dst)?[range]
             .iter_mut()
-            .zip(block)
+            .zip(batch)
             .for_each(|(d, &s)| *d = f64::from(s)),
         DType::F16 => typed_mut::<u16>(dst)?[range]
             .reinterpret_cast_mut::<f16>()
-            .convert_from_f32_slice(block),
+            .convert_from_f32_slice(batch),
         DType::BF16 => typed_mut::<u16>(dst)?[range]
             .iter_mut()
-            .zip(block)
+            .zip(batch)
             .for_each(|(d, &s)| *d = f32_to_bf16(s)),
         DType::I32 | DType::I64 => unreachable_integer()?,
     }

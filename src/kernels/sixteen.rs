@@ -2,7 +2,7 @@
 //!
 //! bfloat16 is the top half of an f32, so widening is a shift and narrowing a round-to-nearest-
 //! even on integers: plain loops the compiler vectorizes at whatever level the caller is
-//! compiled for. float16 needs real conversions; here they go through `half` in blocks (which
+//! compiled for. float16 needs real conversions; here they go through `half` in batches (which
 //! uses F16C when the CPU has it); `x86.rs` has the fused intrinsic loops.
 
 use super::scalar::{self, Arith};
@@ -11,7 +11,8 @@ use crate::dtype::ReduceOp;
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-const BLOCK: usize = 256;
+/// Elements widened to f32 at a time (a batch), in a buffer on the stack.
+const BATCH: usize = 256;
 
 #[inline(always)]
 pub(super) fn bf16_to_f32(bits: u16) -> f32 {
@@ -61,9 +62,9 @@ pub(super) fn bf16_combine_scaled(
     order: Order,
     scaling: &Scaling,
 ) {
-    let mut wide_acc = [0f32; BLOCK];
-    let mut wide_other = [0f32; BLOCK];
-    for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
+    let mut wide_acc = [0f32; BATCH];
+    let mut wide_other = [0f32; BATCH];
+    for (acc, other) in acc.chunks_mut(BATCH).zip(other.chunks(BATCH)) {
         let n = acc.len();
         acc.iter()
             .zip(&mut wide_acc)
@@ -90,9 +91,9 @@ pub(super) fn bf16_finish(buf: &mut [u16], finish: Finish) {
 }
 
 pub(super) fn f16_combine(op: ReduceOp, acc: &mut [u16], other: &[u16], order: Order) {
-    let mut wide_acc = [0f32; BLOCK];
-    let mut wide_other = [0f32; BLOCK];
-    for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
+    let mut wide_acc = [0f32; BATCH];
+    let mut wide_other = [0f32; BATCH];
+    for (acc, other) in acc.chunks_mut(BATCH).zip(other.chunks(BATCH)) {
         let n = acc.len();
         acc.reinterpret_cast::<f16>()
             .convert_to_f32_slice(&mut wide_acc[..n]);
@@ -113,9 +114,9 @@ pub(super) fn f16_combine_scaled(
     order: Order,
     scaling: &Scaling,
 ) {
-    let mut wide_acc = [0f32; BLOCK];
-    let mut wide_other = [0f32; BLOCK];
-    for (acc, other) in acc.chunks_mut(BLOCK).zip(other.chunks(BLOCK)) {
+    let mut wide_acc = [0f32; BATCH];
+    let mut wide_other = [0f32; BATCH];
+    for (acc, other) in acc.chunks_mut(BATCH).zip(other.chunks(BATCH)) {
         let n = acc.len();
         acc.reinterpret_cast::<f16>()
             .convert_to_f32_slice(&mut wide_acc[..n]);
@@ -129,14 +130,14 @@ pub(super) fn f16_combine_scaled(
 }
 
 pub(super) fn f16_finish(buf: &mut [u16], finish: Finish) {
-    let mut wide = [0f32; BLOCK];
-    for block in buf.chunks_mut(BLOCK) {
-        let n = block.len();
-        block
+    let mut wide = [0f32; BATCH];
+    for batch in buf.chunks_mut(BATCH) {
+        let n = batch.len();
+        batch
             .reinterpret_cast::<f16>()
             .convert_to_f32_slice(&mut wide[..n]);
         scalar::finish(&mut wide[..n], finish);
-        block
+        batch
             .reinterpret_cast_mut::<f16>()
             .convert_from_f32_slice(&wide[..n]);
     }

@@ -7,7 +7,7 @@ use super::replay::Replay;
 use crate::auto::{self, Pick};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::recursive_doubling::RecursiveDoubling;
+use crate::schedules::allreduce::recursive_doubling::RecursiveDoubling;
 use crate::schedules::{self, Allreduce, Factors, Parts, Tuning, ALLREDUCE};
 use crate::stats;
 use crate::transport::Transport;

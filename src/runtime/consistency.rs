@@ -12,8 +12,9 @@
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::recursive_doubling::RecursiveDoubling;
-use crate::schedules::{self, ring, Parts, Tuning};
+use crate::schedules::allreduce::recursive_doubling::RecursiveDoubling;
+use crate::schedules::allreduce::ring;
+use crate::schedules::{self, Parts, Tuning};
 use crate::transport::shm::SharedMemory;
 use crate::transport::Transport;
 

@@ -13,7 +13,7 @@ use super::process::{self, SetId};
 use super::replay::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
-use crate::schedules::recursive_doubling::RecursiveDoubling;
+use crate::schedules::allreduce::recursive_doubling::RecursiveDoubling;
 use crate::schedules::{self, Parts, Tuning, ALLREDUCE};
 use crate::worker;
 

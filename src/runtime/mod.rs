@@ -64,7 +64,7 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
 
 pub fn barrier_on(comm: &Communicator, thread: u64) -> Result<()> {
     comm.begin(&Call::new(Kind::Barrier, thread), None)?;
-    schedules::barrier::barrier(comm.transport())
+    schedules::barrier::dissemination::barrier(comm.transport())
 }
 
 /// A collective of `kind` that the caller refused before it reached the runtime (bad

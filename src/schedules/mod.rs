@@ -6,15 +6,22 @@
 //! what it can reduce, and its cost in the alpha-beta-gamma model, from which `auto` (src/auto)
 //! predicts its time. Nothing else lists algorithms.
 //!
-//! Adding one means one new file in this folder plus one line in its collective's registry
-//! below; `ringlet.ALGORITHMS`, `explain()`, `auto`, the benchmarks, the tests and
-//! README's algorithm table take it from there.
+//! One folder per collective, one file per algorithm (`allreduce/ring.rs`,
+//! `broadcast/binomial.rs`, ...); what algorithms of several collectives share is in `common/`.
+//! The folders have no `mod.rs`: this file declares every module, the algorithms through their
+//! collective's registry below. Adding one means one new file in its collective's folder plus
+//! one line in that registry; `ringlet.ALGORITHMS`, `explain()`, `auto`, the benchmarks, the
+//! tests and README's algorithm table take it from there.
 
-mod blocks;
-mod exchange;
-mod parts;
+/// What algorithms of several collectives share.
+mod common {
+    pub(crate) mod blocks;
+    pub(crate) mod exchange;
+    pub(crate) mod fold;
+    pub(crate) mod parts;
+}
 
-pub use parts::Parts;
+pub use common::parts::Parts;
 
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -23,61 +30,65 @@ use crate::transport::view::View;
 use crate::transport::{Nodes, Transport};
 use std::ops::Range;
 
-/// Declares each registered module (one file each) and the registry that lists them, in the
-/// order `explain` and the benchmarks show them.
+/// Declares a collective's folder as a module, each registered algorithm as a module of it (its
+/// file, `<folder>/<module>.rs`), and the registry that lists them, in the order `explain` and
+/// the benchmarks show them.
 macro_rules! registry {
-    ($(#[$doc:meta])* $registry:ident: $collective:ident = [$($module:ident::$algorithm:ident,)*]) => {
-        $(pub mod $module;)*
+    ($(#[$doc:meta])* $registry:ident: $collective:ident in $folder:ident
+        = [$($module:ident::$algorithm:ident,)*]) => {
+        pub mod $folder {
+            $(pub mod $module;)*
+        }
         $(#[$doc])*
-        pub static $registry: &[&dyn $collective] = &[$(&$module::$algorithm),*];
+        pub static $registry: &[&dyn $collective] = &[$(&$folder::$module::$algorithm),*];
     };
 }
 
 registry!(
     /// Allreduce algorithms.
-    ALLREDUCE: Allreduce = [
+    ALLREDUCE: Allreduce in allreduce = [
         ring::Ring,
         pipelined_ring::PipelinedRing,
         halving_doubling::HalvingDoubling,
         recursive_doubling::RecursiveDoubling,
-        shm::Shm,
+        shared_memory::Shm,
         two_tier::TwoTier,
-        mpi::Mpi,
+        native_mpi::Mpi,
     ]
 );
 
 registry!(
     /// Broadcast algorithms.
-    BROADCAST: Broadcast = [
+    BROADCAST: Broadcast in broadcast = [
         binomial::Binomial,
         scatter_allgather::ScatterAllgather,
-        two_tier_broadcast::TwoTierBroadcast,
+        two_tier::TwoTierBroadcast,
     ]
 );
 
 registry!(
     /// Reduce algorithms (the combination lands on one rank).
-    REDUCE: Reduce = [
-        binomial_reduce::BinomialReduce,
+    REDUCE: Reduce in reduce = [
+        binomial::BinomialReduce,
         k_chain::KChain,
         reduce_scatter_gather::ReduceScatterGather,
-        mpi_reduce::MpiReduce,
+        native_mpi::MpiReduce,
     ]
 );
 
 registry!(
     /// Allgather algorithms (blocks of any size per rank).
-    ALLGATHER: Allgather = [
-        ring_allgather::RingAllgather,
-        doubling_allgather::DoublingAllgather,
-        two_tier_allgather::TwoTierAllgather,
+    ALLGATHER: Allgather in allgather = [
+        ring::RingAllgather,
+        recursive_doubling::DoublingAllgather,
+        two_tier::TwoTierAllgather,
     ]
 );
 
 registry!(
     /// Reduce-scatter algorithms (blocks of any size per rank).
-    REDUCE_SCATTER: ReduceScatter = [
-        ring_reduce_scatter::RingReduceScatter,
+    REDUCE_SCATTER: ReduceScatter in reduce_scatter = [
+        ring::RingReduceScatter,
         recursive_halving::RecursiveHalving,
         priority_halving::PriorityHalving,
     ]
@@ -85,12 +96,15 @@ registry!(
 
 registry!(
     /// Alltoall algorithms (blocks of any size per pair of ranks).
-    ALLTOALL: Alltoall = [
-        pairwise_alltoall::PairwiseAlltoall,
+    ALLTOALL: Alltoall in alltoall = [
+        pairwise::PairwiseAlltoall,
     ]
 );
 
-pub mod barrier;
+/// The barrier (not chosen by name: one algorithm).
+pub mod barrier {
+    pub mod dissemination;
+}
 
 /// How partial results combine: a dtype and an op, applied by the kernels, and the scaling a
 /// schedule folds into its combines when `scaled` (see [`Reduction::scaling`]).
@@ -565,14 +579,4 @@ pub fn check_buffer(buf: &[u8], dtype: DType) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The largest power of two not above `n` (n ≥ 1).
-pub(crate) fn largest_power_of_two(n: usize) -> usize {
-    1 << (usize::BITS - 1 - n.leading_zeros())
-}
-
-/// log2 of the largest power of two not above `n`.
-pub(crate) fn log2_floor(n: usize) -> usize {
-    (usize::BITS - 1 - n.max(1).leading_zeros()) as usize
 }

@@ -133,9 +133,14 @@ impl MpiTransport {
     /// # Safety
     /// `parent` must be a valid intra-communicator handle and MPI must be initialized.
     pub unsafe fn duplicate(parent: ffi::MPI_Comm) -> Result<Self> {
-        let mut dup = ffi::RSMPI_COMM_NULL;
-        check(ffi::MPI_Comm_dup(parent, &mut dup), "MPI_Comm_dup")?;
-        Self::adopt(dup)
+        // SAFETY: reading a predefined handle constant.
+        let mut dup = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: the caller guarantees `parent` is valid and MPI initialized; `dup` is a live
+        // local.
+        let code = unsafe { ffi::MPI_Comm_dup(parent, &mut dup) };
+        check(code, "MPI_Comm_dup")?;
+        // SAFETY: `dup` is the new communicator MPI_Comm_dup just made, held by nothing else.
+        unsafe { Self::adopt(dup) }
     }
 
     /// A new communicator of the ranks that pass `member = true`, ordered as they are here;
@@ -163,14 +168,17 @@ impl MpiTransport {
     /// `comm` must be a valid intra-communicator handle that nobody else frees.
     unsafe fn adopt(comm: ffi::MPI_Comm) -> Result<Self> {
         // SAFETY: the caller's contract; rsmpi frees it.
-        let owned = SimpleCommunicator::from_raw(comm);
-        check(
-            ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN),
-            "MPI_Comm_set_errhandler",
-        )?;
+        let owned = unsafe { SimpleCommunicator::from_raw(comm) };
+        // SAFETY: `comm` is valid (the caller's contract); the handler is a predefined constant.
+        let code = unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) };
+        check(code, "MPI_Comm_set_errhandler")?;
         let (mut rank, mut size) = (0, 0);
-        check(ffi::MPI_Comm_rank(comm, &mut rank), "MPI_Comm_rank")?;
-        check(ffi::MPI_Comm_size(comm, &mut size), "MPI_Comm_size")?;
+        // SAFETY: `comm` is valid (the caller's contract); `rank` and `size` are live locals.
+        let code = unsafe { ffi::MPI_Comm_rank(comm, &mut rank) };
+        check(code, "MPI_Comm_rank")?;
+        // SAFETY: as above.
+        let code = unsafe { ffi::MPI_Comm_size(comm, &mut size) };
+        check(code, "MPI_Comm_size")?;
         Ok(MpiTransport {
             comm: Some(owned),
             rank: rank as usize,

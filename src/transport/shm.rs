@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 pub const WORDS: usize = 4;
 /// Bytes of one rank's flags: a counter line and a words line.
 pub const FLAG_BYTES: usize = std::mem::size_of::<FlagBlock>();
-/// Each rank's staging area: enough for the schedules' chunk slots (see `schedules::shm`).
+/// Each rank's staging area: enough for the `shm` allreduce's segment slots (see
+/// `schedules::allreduce::shared_memory`).
 pub const AREA_BYTES: usize = 4 << 20;
 
 /// What a rank waiting in shared memory needs of the transport beside it (every transport is

@@ -5,8 +5,8 @@
 mod common;
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::ring::Ring;
-use _core::schedules::two_tier::TwoTier;
+use _core::schedules::allreduce::ring::Ring;
+use _core::schedules::allreduce::two_tier::TwoTier;
 use _core::schedules::{Algorithm, Allreduce, Tuning, ALLREDUCE};
 use _core::transport::local::LocalTransport;
 use _core::transport::{Nodes, Placement, Transport};

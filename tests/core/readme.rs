@@ -103,7 +103,8 @@ fn the_docs_algorithm_table_is_the_registrys() {
     }
     panic!(
         "{PAGE}'s algorithm table is not the registry's (descriptions live in \
-         src/schedules/<algorithm>.rs; RINGLET_BLESS=1 cargo test --test readme rewrites it):\n{}",
+         src/schedules/<collective>/<algorithm>.rs; RINGLET_BLESS=1 cargo test --test readme \
+         rewrites it):\n{}",
         diff(current.trim(), wanted.trim())
     );
 }

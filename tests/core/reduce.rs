@@ -4,7 +4,7 @@
 mod common;
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::k_chain::{chain, chains};
+use _core::schedules::reduce::k_chain::{chain, chains};
 use _core::schedules::{Reduce, Reduction, REDUCE};
 use _core::transport::local::LocalTransport;
 use _core::transport::Transport;

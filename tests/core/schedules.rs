@@ -8,10 +8,10 @@
 mod common;
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::halving_doubling::HalvingDoubling;
-use _core::schedules::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
-use _core::schedules::recursive_doubling::{RecursiveDoubling, PIECE_BYTES};
-use _core::schedules::ring::Ring;
+use _core::schedules::allreduce::halving_doubling::HalvingDoubling;
+use _core::schedules::allreduce::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
+use _core::schedules::allreduce::recursive_doubling::{RecursiveDoubling, SEGMENT_BYTES};
+use _core::schedules::allreduce::ring::Ring;
 use _core::schedules::{Algorithm, Allreduce, Cost, Factors, Parts, Reduction, Tuning};
 use _core::transport::waiting::set_wait_policy;
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
@@ -284,7 +284,7 @@ fn scratch_stays_within_each_algorithms_bound() {
                     let pof2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
                     let hd_bound = (count.div_ceil(2) + pof2 / 4) * dtype.size();
                     assert!(hd[r].peak_scratch <= hd_bound, "hd N={n} m={m}");
-                    assert!(rd[r].peak_scratch <= m.min(PIECE_BYTES), "rd N={n} m={m}");
+                    assert!(rd[r].peak_scratch <= m.min(SEGMENT_BYTES), "rd N={n} m={m}");
                     assert!(
                         piped[r].peak_scratch <= RECEIVE_WINDOW * segment,
                         "pipelined N={n} m={m}"
@@ -381,7 +381,7 @@ fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
 
 #[test]
 fn broadcast_delivers_the_roots_bytes_to_every_rank() {
-    use _core::schedules::binomial::broadcast;
+    use _core::schedules::broadcast::binomial::broadcast;
     use _core::transport::local::LocalTransport;
     for n in [1usize, 2, 3, 4, 5, 7, 8, 13, 16, 17] {
         for root in [0, n / 2, n - 1] {
@@ -591,7 +591,7 @@ fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
 
 #[test]
 fn pairwise_alltoall_delivers_every_pairs_block_and_sends_each_once() {
-    use _core::schedules::pairwise_alltoall::PairwiseAlltoall;
+    use _core::schedules::alltoall::pairwise::PairwiseAlltoall;
     use _core::schedules::Alltoall;
     use _core::transport::local::LocalTransport;
     // Rows rank r sends rank q: anything from 0 to 4, different per pair.

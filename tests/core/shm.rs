@@ -5,7 +5,7 @@
 mod common;
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::shm::{one_shot_max, Shm, SEGMENT_BYTES};
+use _core::schedules::allreduce::shared_memory::{one_shot_max, Shm, SEGMENT_BYTES};
 use _core::schedules::{self, Algorithm, Factors, Parts, Tuning};
 use _core::transport::local::LocalTransport;
 use _core::transport::waiting::set_wait_policy;

@@ -824,11 +824,13 @@ def test_no_import_cycle_inside_a_rust_folder(folder):
 
 
 def test_the_sibling_parser_sees_known_uses():
-    schedules = sibling_graph(SRC / "schedules")
-    ring = SRC / "schedules" / "ring.rs"
-    assert SRC / "schedules" / "mod.rs" in schedules[ring], "ring.rs uses the Allreduce trait"
-    assert ring in schedules[SRC / "schedules" / "ring_allgather.rs"], "use super::ring::..."
-    assert ring not in schedules[SRC / "schedules" / "binomial.rs"]
+    kernels = sibling_graph(SRC / "kernels")
+    assert SRC / "kernels" / "mod.rs" in kernels[SRC / "kernels" / "x86.rs"], "x86.rs uses Order"
+    allreduce = SRC / "schedules" / "allreduce"
+    schedules = sibling_graph(allreduce)
+    ring = allreduce / "ring.rs"
+    assert ring in schedules[allreduce / "two_tier.rs"], "use super::ring::..."
+    assert ring not in schedules[allreduce / "shared_memory.rs"]
     simulate = sibling_graph(SRC / "simulate")
     assert SRC / "simulate" / "trace.rs" in simulate[SRC / "simulate" / "network.rs"]
     transport = sibling_graph(SRC / "transport")
@@ -978,10 +980,11 @@ BACK_EDGES = {
     "runtime/call.rs": ("use super::process as _back;", "call.rs -> process.rs"),
     "transport/mpi_shm.rs": ("use super::mpi::MpiTransport as _back;", "mpi_shm.rs -> mpi.rs"),
     "runtime/process.rs": ("use mpi::ffi as _raw;", "src/runtime/process.rs names the mpi crate"),
-    "schedules/mpi.rs": ("use mpi::ffi as _raw;", "src/schedules/mpi.rs names the mpi crate"),
-    "schedules/mpi_reduce.rs": (
+    "schedules/allreduce/native_mpi.rs": (
+        "use mpi::ffi as _raw;", "src/schedules/allreduce/native_mpi.rs names the mpi crate"),
+    "schedules/reduce/native_mpi.rs": (
         "fn _raw(t: &dyn std::any::Any) -> bool { t.downcast_ref::<u8>().is_some() }",
-        "src/schedules/mpi_reduce.rs:1 downcast"),
+        "src/schedules/reduce/native_mpi.rs:1 downcast"),
     "bindings/errors.rs": ("use crate::dtype::DType as _direct;",
                            "src/bindings/errors.rs uses crate::dtype"),
     # shm.rs named the Transport trait, whose `shared()` names shm's SharedMemory.

@@ -1,9 +1,10 @@
 """Adding an algorithm is one file plus one registration line, and nothing else: a copy of the
-project gets `examples/new_algorithm/direct.rs` as `src/schedules/direct.rs` and one line in the
-ALLREDUCE registry; built, the new algorithm appears in `ringlet.ALGORITHMS`, reduces correctly
-under mpirun, is a candidate in `explain()`, and runs in the benchmark; the copy's exhaustive,
-property and simulator tests run it, and the docs' algorithm table generator gives it a row. Plain
-pytest (it builds and launches jobs itself)."""
+project gets `examples/new_algorithm/direct.rs` as `src/schedules/allreduce/direct.rs` and one
+line in the ALLREDUCE registry of `src/schedules/mod.rs` (the registry declares the file's
+module: the collective folders have no `mod.rs`); built, the new algorithm appears in
+`ringlet.ALGORITHMS`, reduces correctly under mpirun, is a candidate in `explain()`, and runs in
+the benchmark; the copy's exhaustive, property and simulator tests run it, and the docs' algorithm table
+generator gives it a row. Plain pytest (it builds and launches jobs itself)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "src/schedules/mod.rs"
-LAST_ALLREDUCE_ENTRY = "        mpi::Mpi,\n"
+LAST_ALLREDUCE_ENTRY = "        native_mpi::Mpi,\n"
+NEW_FILE = "src/schedules/allreduce/direct.rs"
 # The docs page whose algorithm table tests/core/readme.rs generates.
 ALGORITHM_TABLE = "docs/guide/algorithms.md"
 
@@ -35,7 +37,7 @@ def copy_project(into: Path) -> None:
 
 
 def add_the_algorithm(tree: Path) -> None:
-    shutil.copy2(ROOT / "examples/new_algorithm/direct.rs", tree / "src/schedules/direct.rs")
+    shutil.copy2(ROOT / "examples/new_algorithm/direct.rs", tree / NEW_FILE)
     registry = tree / REGISTRY
     text = registry.read_text()
     assert text.count(LAST_ALLREDUCE_ENTRY) == 1
@@ -60,7 +62,7 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     # Nothing else changed: one new file, one added line.
     new = sorted(p.relative_to(tree).as_posix() for p in (tree / "src").rglob("*")
                  if p.is_file() and not (ROOT / p.relative_to(tree)).exists())
-    assert new == ["src/schedules/direct.rs"]
+    assert new == [NEW_FILE]
     edits = changed_lines((ROOT / REGISTRY).read_text(), (tree / REGISTRY).read_text())
     assert edits == ["+        direct::Direct,"]
 

@@ -6,9 +6,9 @@
 //! every other block back at the end. Blocks may differ in size per rank; the blocks of
 //! consecutive ranks that are adjacent in memory travel as one message.
 
-use super::exchange::{merged, shift};
-use super::halving_doubling::{real_rank, Role};
-use super::{largest_power_of_two, log2_floor, Algorithm, Allgather, Cost, Tuning};
+use crate::schedules::common::exchange::{merged, shift};
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
+use crate::schedules::{Algorithm, Allgather, Cost, Tuning};
 use crate::error::{CoreError, Result};
 use crate::transport::Transport;
 use std::ops::Range;

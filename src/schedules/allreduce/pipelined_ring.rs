@@ -9,8 +9,8 @@
 //! Gavahi's priority-aware reduce-scatter). Scratch: at most `RECEIVE_WINDOW` segments (and no
 //! more than N-1 blocks), whatever the message size.
 
-use super::blocks::Blocks;
-use super::{
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::{
     node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
 };
 use crate::error::{CoreError, Result};

@@ -8,9 +8,9 @@
 //! rank below 2r (r = N - p') hands its whole vector to the odd rank above it, which stands for
 //! both in the core and hands the even rank its block at the end.
 
-use super::exchange::merged;
-use super::halving_doubling::{real_rank, Role};
-use super::{largest_power_of_two, log2_floor, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
+use crate::schedules::common::exchange::merged;
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
+use crate::schedules::{Algorithm, Cost, Reduction, ReduceScatter, Tuning};
 use crate::error::{CoreError, Result};
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;

@@ -11,10 +11,10 @@
 //! overlaps the transfer of the next (the paper: up to 7% at very large messages, worse below
 //! 256 KiB). Scratch: everything a rank receives, (p'-1)/p' of the vector.
 
-use super::exchange::{cut, merged};
+use crate::schedules::common::exchange::{cut, merged};
 use super::recursive_halving::{check_blocks, fold_in, fold_out, halves, halving_cost, ranks_of};
-use super::halving_doubling::real_rank;
-use super::{largest_power_of_two, log2_floor, Algorithm, Cost, Reduction, ReduceScatter, Tuning};
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank};
+use crate::schedules::{Algorithm, Cost, Reduction, ReduceScatter, Tuning};
 use crate::error::Result;
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;

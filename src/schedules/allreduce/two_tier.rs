@@ -15,10 +15,10 @@
 //! finished by one allreduce whose schedules give all its ranks the same bits, then copied:
 //! the result is bit-identical on every rank.
 
-use super::blocks::Blocks;
+use crate::schedules::common::blocks::Blocks;
 use super::recursive_doubling::RecursiveDoubling;
 use super::ring::{self, Ring};
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning};
 use crate::error::Result;
 use crate::kernels::convert;
 use crate::transport::view::View;

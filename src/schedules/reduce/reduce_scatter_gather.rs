@@ -1,15 +1,16 @@
-//! Rabenseifner's reduce: the reduce-scatter of [`super::halving_doubling`] (MPICH's fold for
-//! non-power-of-two N, then recursive halving over p' ranks), then a binomial gather of the
-//! finished blocks to the root, undoing the halvings: in the step that split off a block
-//! range, the rank that kept the upper half sends what it holds to the one that kept the
-//! lower half. The root sends and receives (p'-1)/p'·m each way instead of the binomial
-//! tree's log2(N)·m, so it suits long messages.
+//! Rabenseifner's reduce: the reduce-scatter of [`crate::schedules::allreduce::halving_doubling`]
+//! (MPICH's fold for non-power-of-two N, then recursive halving over p' ranks), then a binomial
+//! gather of the finished blocks to the root, undoing the halvings: in the step that split off a
+//! block range, the rank that kept the upper half sends what it holds to the one that kept the
+//! lower half. The root sends and receives (p'-1)/p'·m each way instead of the binomial tree's
+//! log2(N)·m, so it suits long messages.
 //!
 //! The ranks are renumbered so that the root is the core rank that gathers everything.
 
-use super::blocks::Blocks;
-use super::halving_doubling::{halve, real_rank, Halved, HalvingDoubling};
-use super::{largest_power_of_two, Algorithm, Cost, Parts, Reduce, Reduction, Tuning};
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::allreduce::halving_doubling::{halve, Halved, HalvingDoubling};
+use crate::schedules::common::fold::{largest_power_of_two, real_rank};
+use crate::schedules::{Algorithm, Cost, Parts, Reduce, Reduction, Tuning};
 use crate::error::Result;
 use crate::transport::view::View;
 use crate::transport::{Destination, Transport};

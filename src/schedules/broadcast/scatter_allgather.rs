@@ -7,8 +7,9 @@
 //! The ranks are renumbered relative to the root, so that block i belongs to the i-th rank
 //! after the root and every subtree of the scatter holds consecutive blocks.
 
-use super::blocks::Blocks;
-use super::{ring, Algorithm, Broadcast, Cost, Parts, Tuning};
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::allreduce::ring;
+use crate::schedules::{Algorithm, Broadcast, Cost, Parts, Tuning};
 use crate::error::Result;
 use crate::transport::view::View;
 use crate::transport::Transport;

@@ -9,7 +9,7 @@
 //! gives O(√N) time where a fixed k (Open MPI's 4) gives O(N). The ranks of a chain are
 //! consecutive, so with block placement a chain stays on one node as long as it can.
 
-use super::{Algorithm, Cost, Reduce, Reduction, Tuning};
+use crate::schedules::{Algorithm, Cost, Reduce, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;

@@ -3,7 +3,7 @@
 //! the way ringlet does.
 
 use super::{halving_doubling::HalvingDoubling, recursive_doubling::RecursiveDoubling};
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Support, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::transport::{LibraryCollectives, LibraryElement, LibraryOp, Transport};
@@ -65,7 +65,7 @@ impl Allreduce for Mpi {
 }
 
 /// What MPI's own reductions can do the way ringlet's kernels do.
-pub(super) fn support(dtype: DType, op: ReduceOp) -> Support {
+pub(crate) fn support(dtype: DType, op: ReduceOp) -> Support {
     match (dtype, op.combining()) {
         (DType::F16 | DType::BF16, _) => Support::No("MPI has no 16-bit float type"),
         (DType::F32 | DType::F64, ReduceOp::Min | ReduceOp::Max) => Support::OwnArithmetic(
@@ -76,7 +76,7 @@ pub(super) fn support(dtype: DType, op: ReduceOp) -> Support {
 }
 
 /// The MPI library's collectives on `transport`, for algorithm `name`, which calls them.
-pub(super) fn library<'t>(
+pub(crate) fn library<'t>(
     transport: &'t dyn Transport,
     name: &str,
 ) -> Result<&'t dyn LibraryCollectives> {
@@ -88,7 +88,7 @@ pub(super) fn library<'t>(
 }
 
 /// The library's element type and op for `dtype` and `op` (avg sums; the caller divides).
-pub(super) fn library_reduction(
+pub(crate) fn library_reduction(
     dtype: DType,
     op: ReduceOp,
     name: &str,
@@ -116,7 +116,7 @@ pub(super) fn library_reduction(
 
 #[cfg(test)]
 mod tests {
-    use super::super::mpi_reduce::MpiReduce;
+    use crate::schedules::reduce::native_mpi::MpiReduce;
     use super::*;
     use crate::transport::local::LocalTransport;
     use crate::transport::view::View;

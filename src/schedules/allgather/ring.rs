@@ -1,9 +1,10 @@
-//! Allgather around the ring: the second phase of [`super::ring`] on its own. N-1 steps, each
-//! rank passing on the block it received last; blocks may differ in size per rank (allgatherv).
-//! Each rank sends every block but its right neighbour's once: (N-1)/N·m for equal blocks,
-//! the lower bound for allgather.
+//! Allgather around the ring: the second phase of [`crate::schedules::allreduce::ring`] on its own.
+//! N-1 steps, each rank passing on the block it received last; blocks may differ in size per rank
+//! (allgatherv). Each rank sends every block but its right neighbour's once: (N-1)/N·m for equal
+//! blocks, the lower bound for allgather.
 
-use super::{ring, Algorithm, Allgather, Cost, Parts, Tuning};
+use crate::schedules::allreduce::ring;
+use crate::schedules::{Algorithm, Allgather, Cost, Parts, Tuning};
 use crate::error::Result;
 use crate::transport::Transport;
 use std::ops::Range;

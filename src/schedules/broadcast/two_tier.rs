@@ -7,7 +7,7 @@
 
 use super::binomial::{self, Binomial};
 use super::scatter_allgather::ScatterAllgather;
-use super::{Algorithm, Broadcast, Cost, Tiered, Tuning};
+use crate::schedules::{Algorithm, Broadcast, Cost, Tiered, Tuning};
 use crate::error::Result;
 use crate::transport::view::View;
 use crate::transport::{Nodes, Transport};

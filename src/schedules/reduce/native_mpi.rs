@@ -1,11 +1,9 @@
 //! `mpi`: the MPI library's own MPI_Reduce, to weigh ringlet's reduce algorithms against.
 //! Only on the MPI transport, and only for what MPI can reduce the way ringlet does.
 
-use super::mpi::{library, library_reduction, support};
-use super::{
-    binomial_reduce::BinomialReduce, reduce_scatter_gather::ReduceScatterGather, Algorithm,
-    Cost, Reduce, Reduction, Support, Tuning,
-};
+use super::{binomial::BinomialReduce, reduce_scatter_gather::ReduceScatterGather};
+use crate::schedules::allreduce::native_mpi::{library, library_reduction, support};
+use crate::schedules::{Algorithm, Cost, Reduce, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::Transport;

@@ -13,16 +13,17 @@
 //! which is 2(N-1)/N·m when N divides the element count (the lower bound of Lemma 5), and
 //! within one element per block of it otherwise. Scratch: one block, ⌈count/N⌉ elements.
 //!
-//! When the ranks span nodes, the ring runs in node-major order ([`super::node_major`]), so
-//! that each step crosses each node's link once whatever the placement.
+//! When the ranks span nodes, the ring runs in node-major order
+//! ([`crate::schedules::node_major`]), so that each step crosses each node's link once whatever
+//! the placement.
 //!
 //! The two phases work on any disjoint blocks, so they also serve reduce-scatter and
-//! allgather with uneven per-rank sizes ([`super::ring_reduce_scatter`],
-//! [`super::ring_allgather`]).
+//! allgather with uneven per-rank sizes ([`crate::schedules::reduce_scatter::ring`],
+//! [`crate::schedules::allgather::ring`]).
 
-use super::blocks::Blocks;
-use super::exchange::{send_and_receive, swap};
-use super::{
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::common::exchange::{send_and_receive, swap};
+use crate::schedules::{
     node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
 };
 use crate::error::{CoreError, Result};

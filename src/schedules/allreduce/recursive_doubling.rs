@@ -4,14 +4,12 @@
 //!
 //! Partners combine the same two partial results; the lower core rank's data goes on the left,
 //! so that both compute the same bits even where the op is not bitwise commutative (NaN
-//! payloads). Large buffers run as independent pieces of at most `PIECE_BYTES`, which bounds
-//! the scratch: the algorithm needs a receive buffer as large as what it exchanges.
+//! payloads). Large buffers run as independent segments of at most `SEGMENT_BYTES`, which
+//! bounds the scratch: the algorithm needs a receive buffer as large as what it exchanges.
 
-use super::exchange::send_and_receive;
-use super::halving_doubling::{real_rank, Role};
-use super::{
-    largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Parts, Reduction, Tuning,
-};
+use crate::schedules::common::exchange::send_and_receive;
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;
@@ -20,8 +18,8 @@ use std::ops::Range;
 
 pub struct RecursiveDoubling;
 
-/// The largest piece (and scratch buffer) recursive doubling works on at once.
-pub const PIECE_BYTES: usize = 64 * 1024;
+/// The largest segment (and scratch buffer) recursive doubling works on at once.
+pub const SEGMENT_BYTES: usize = 64 * 1024;
 
 impl Algorithm for RecursiveDoubling {
     fn name(&self) -> &'static str {
@@ -39,11 +37,11 @@ impl Algorithm for RecursiveDoubling {
     fn cost(&self, ranks: usize, bytes: usize, _tuning: &Tuning) -> Cost {
         let pof2 = largest_power_of_two(ranks.max(1));
         let folded = pof2 != ranks;
-        let pieces = bytes.div_ceil(PIECE_BYTES).max(1) as f64;
+        let segments = bytes.div_ceil(SEGMENT_BYTES).max(1) as f64;
         let rounds = (log2_floor(pof2) + if folded { 2 } else { 0 }) as f64;
         let m = bytes as f64;
         Cost {
-            messages: rounds * pieces,
+            messages: rounds * segments,
             bytes: rounds * m,
             // The fold's way back carries a finished result: nothing to combine.
             reduced: (rounds - if folded { 1.0 } else { 0.0 }) * m,
@@ -65,10 +63,11 @@ impl Allreduce for RecursiveDoubling {
     ) -> Result<()> {
         let elem = reduction.elem_size();
         let len = buf.len();
-        let mut scratch = Scratch::new(len.min(PIECE_BYTES / elem * elem));
-        for piece in message_pieces(len, PIECE_BYTES, elem) {
-            let incoming = scratch.bytes(piece.len())?;
-            reduce_piece(transport, buf, piece, incoming, reduction)?;
+        let mut scratch = Scratch::new(len.min(SEGMENT_BYTES / elem * elem));
+        // Cut as the transport cuts its pieces: whole elements, at most SEGMENT_BYTES each.
+        for segment in message_pieces(len, SEGMENT_BYTES, elem) {
+            let incoming = scratch.bytes(segment.len())?;
+            reduce_segment(transport, buf, segment, incoming, reduction)?;
         }
         Ok(())
     }
@@ -76,10 +75,10 @@ impl Allreduce for RecursiveDoubling {
 
 /// Scaling: a rank's own data is fresh until its first combine (the fold, or round 0); a
 /// partner's at round 0 unless it absorbed a folded rank; the last round finishes.
-fn reduce_piece(
+fn reduce_segment(
     transport: &dyn Transport,
     buf: &mut Parts,
-    piece: Range<usize>,
+    segment: Range<usize>,
     incoming: &mut [u8],
     reduction: &Reduction,
 ) -> Result<()> {
@@ -88,27 +87,27 @@ fn reduce_piece(
     match Role::of(rank, n) {
         Role::Folded { partner } => {
             {
-                let outgoing = buf.get(piece.clone())?;
+                let outgoing = buf.get(segment.clone())?;
                 transport.isend_pieces(&outgoing, partner)?.wait()?;
             }
-            let target = buf.get_mut(piece)?;
+            let target = buf.get_mut(segment)?;
             transport.irecv_to(Destination::Pieces(target), partner)?.wait()
         }
         Role::Core { core_rank, absorbs } => {
             if let Some(folded) = absorbs {
-                let cuts = buf.cuts(piece.clone())?;
+                let cuts = buf.cuts(segment.clone())?;
                 let destination = Destination::Cut { buf: &mut *incoming, cuts };
                 transport.irecv_to(destination, folded)?.wait()?;
                 // The folded rank is the lower one.
                 let scaling = reduction.scaling(true, true, false);
-                let mut target = buf.get_mut(piece.clone())?;
+                let mut target = buf.get_mut(segment.clone())?;
                 reduction.combine_into(&mut target, incoming, Order::OtherFirst, &scaling)?;
             }
             let rounds = log2_floor(largest_power_of_two(n));
             for round in 0..rounds {
                 let partner_core = core_rank ^ (1 << round);
                 let partner = real_rank(partner_core, n);
-                let range = piece.clone();
+                let range = segment.clone();
                 send_and_receive(transport, buf, range.clone(), partner, incoming, range, partner)?;
                 let order = if partner_core < core_rank {
                     Order::OtherFirst
@@ -120,11 +119,11 @@ fn reduce_piece(
                     round == 0 && !absorbed(partner),
                     round + 1 == rounds,
                 );
-                let mut target = buf.get_mut(piece.clone())?;
+                let mut target = buf.get_mut(segment.clone())?;
                 reduction.combine_into(&mut target, incoming, order, &scaling)?;
             }
             if let Some(folded) = absorbs {
-                let outgoing = buf.get(piece)?;
+                let outgoing = buf.get(segment)?;
                 transport.isend_pieces(&outgoing, folded)?.wait()?;
             }
             Ok(())

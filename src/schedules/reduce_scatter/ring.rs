@@ -1,9 +1,10 @@
-//! Reduce-scatter around the ring: the first phase of [`super::ring`] on its own. N-1 steps,
-//! each rank passing one block to its right neighbour and folding in the block from its left;
-//! blocks may differ in size per rank. Each rank sends (N-1)/N·m for equal blocks, the lower
-//! bound for reduce-scatter; scratch is one block.
+//! Reduce-scatter around the ring: the first phase of [`crate::schedules::allreduce::ring`] on its
+//! own. N-1 steps, each rank passing one block to its right neighbour and folding in the block from
+//! its left; blocks may differ in size per rank. Each rank sends (N-1)/N·m for equal blocks, the
+//! lower bound for reduce-scatter; scratch is one block.
 
-use super::{ring, Algorithm, Cost, Parts, Reduction, ReduceScatter, Tuning};
+use crate::schedules::allreduce::ring;
+use crate::schedules::{Algorithm, Cost, Parts, Reduction, ReduceScatter, Tuning};
 use crate::error::Result;
 use crate::transport::Transport;
 use std::ops::Range;

@@ -13,8 +13,9 @@
 //! between nodes, however the ranks were placed; no byte crosses a link twice. Blocks may
 //! differ in size and be empty; uneven nodes work. On one node it is the ring.
 
-use super::exchange::shift;
-use super::{ring, Algorithm, Allgather, Cost, Parts, Tiered, Tuning};
+use crate::schedules::common::exchange::shift;
+use crate::schedules::allreduce::ring;
+use crate::schedules::{Algorithm, Allgather, Cost, Parts, Tiered, Tuning};
 use crate::error::{CoreError, Result};
 use crate::transport::view::View;
 use crate::transport::{Nodes, Transport};

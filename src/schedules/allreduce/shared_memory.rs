@@ -17,8 +17,8 @@
 //! it, so every rank ends with the same bits; 16-bit floats are accumulated in f32 across all
 //! ranks and rounded once.
 
-use super::blocks::Blocks;
-use super::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, convert, Order};
@@ -44,7 +44,7 @@ pub const SEGMENT_BYTES: usize = 1 << 20;
 const SLOTS: usize = 3;
 const _: () = assert!(2 * ONE_SHOT_MAX <= AREA_BYTES && SLOTS * SEGMENT_BYTES <= AREA_BYTES);
 
-/// Elements combined per pass of the fold (an f32 block of this many stays in L1).
+/// Elements combined per pass of the fold (an f32 batch of this many stays in L1).
 const FOLD_ELEMENTS: usize = 2048;
 
 /// A published location: the vector is in the staging area, or in a shared array.

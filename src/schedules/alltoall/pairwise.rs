@@ -3,7 +3,7 @@
 //! two peers. Blocks may differ in size per pair (alltoallv). Each rank sends all its blocks
 //! but its own once: the lower bound for alltoall, in N-1 messages.
 
-use super::{Algorithm, Alltoall, Cost, Tuning};
+use crate::schedules::{Algorithm, Alltoall, Cost, Tuning};
 use crate::error::Result;
 use crate::transport::Transport;
 use std::ops::Range;

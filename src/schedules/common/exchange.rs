@@ -1,14 +1,14 @@
 //! The moves schedules make on a [`Parts`] vector: send a range while receiving into scratch
 //! (cut as the matching range), or swap two disjoint ranges with a peer in place.
 
-use super::Parts;
 use crate::error::{CoreError, Result};
+use crate::schedules::Parts;
 use crate::transport::{Destination, Pieces, PiecesMut, Transport};
 use std::ops::Range;
 
 /// Send `buf[send]` to `to` while receiving from `from` into `incoming`, cut like `buf[recv]`
 /// (the sender's pieces of that range, since every rank's vector has the same parts).
-pub(super) fn send_and_receive(
+pub(crate) fn send_and_receive(
     transport: &dyn Transport,
     buf: &Parts,
     send: Range<usize>,
@@ -31,7 +31,7 @@ pub(super) fn send_and_receive(
 }
 
 /// Send `buf[send]` to `to` while receiving `buf[recv]` from `from`, in place.
-pub(super) fn swap(
+pub(crate) fn swap(
     transport: &dyn Transport,
     buf: &mut Parts,
     send: Range<usize>,
@@ -50,13 +50,13 @@ pub(super) fn swap(
 }
 
 /// Send all of `buf` to `to` and wait.
-pub(super) fn send_all(transport: &dyn Transport, buf: &Parts, to: usize) -> Result<()> {
+pub(crate) fn send_all(transport: &dyn Transport, buf: &Parts, to: usize) -> Result<()> {
     let all = buf.get(0..buf.len())?;
     transport.isend_pieces(&all, to)?.wait()
 }
 
 /// Receive all of `buf` from `from` and wait.
-pub(super) fn receive_all(transport: &dyn Transport, buf: &mut Parts, from: usize) -> Result<()> {
+pub(crate) fn receive_all(transport: &dyn Transport, buf: &mut Parts, from: usize) -> Result<()> {
     let len = buf.len();
     let all = buf.get_mut(0..len)?;
     transport.irecv_to(Destination::Pieces(all), from)?.wait()
@@ -64,7 +64,7 @@ pub(super) fn receive_all(transport: &dyn Transport, buf: &mut Parts, from: usiz
 
 /// `ranges` in order, adjacent ones joined and empty ones left out (both sides of an exchange
 /// see the same blocks, so they cut alike).
-pub(super) fn merged(ranges: impl Iterator<Item = Range<usize>>) -> Vec<Range<usize>> {
+pub(crate) fn merged(ranges: impl Iterator<Item = Range<usize>>) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::new();
     for range in ranges.filter(|r| !r.is_empty()) {
         match out.last_mut() {
@@ -76,7 +76,7 @@ pub(super) fn merged(ranges: impl Iterator<Item = Range<usize>>) -> Vec<Range<us
 }
 
 /// The disjoint `ranges` of `buf` as pieces of their own, in the order of `ranges`.
-pub(super) fn cut<'a>(buf: &'a mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'a mut [u8]>> {
+pub(crate) fn cut<'a>(buf: &'a mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'a mut [u8]>> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| ranges[i].start);
     let mut pieces: Vec<Option<&'a mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
@@ -100,7 +100,7 @@ pub(super) fn cut<'a>(buf: &'a mut [u8], ranges: &[Range<usize>]) -> Result<Vec<
 
 /// Send the bytes of `send` to `to` while receiving those of `recv` from `from`, in place: each
 /// range a piece of one message (the two sets disjoint; empty ranges left out on both sides).
-pub(super) fn shift(
+pub(crate) fn shift(
     transport: &dyn Transport,
     buf: &mut [u8],
     send: &[Range<usize>],

@@ -10,11 +10,10 @@
 //! Rounds per rank: 2·log2(p') in the core, plus one fold step in and one out for the 2r ranks
 //! that fold. Scratch: the larger half of the blocks, at most ⌈count/2⌉ + p'/4 elements.
 
-use super::blocks::Blocks;
-use super::exchange::{receive_all, send_all, send_and_receive, swap};
-use super::{
-    largest_power_of_two, log2_floor, Algorithm, Allreduce, Cost, Parts, Reduction, Tuning,
-};
+use crate::schedules::common::blocks::Blocks;
+use crate::schedules::common::exchange::{receive_all, send_all, send_and_receive, swap};
+use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
+use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;
@@ -23,48 +22,6 @@ use crate::transport::Transport;
 use std::ops::Range;
 
 pub struct HalvingDoubling;
-
-/// Where a rank stands in the folded group.
-pub(crate) enum Role {
-    /// Even rank below 2r: hands its data to `partner` and waits for the result.
-    Folded { partner: usize },
-    /// Takes part in the power-of-two core as `core_rank`; `absorbs` the folded rank, if any.
-    Core {
-        core_rank: usize,
-        absorbs: Option<usize>,
-    },
-}
-
-impl Role {
-    pub(crate) fn of(rank: usize, size: usize) -> Role {
-        let remainder = size - largest_power_of_two(size);
-        if rank < 2 * remainder {
-            if rank.is_multiple_of(2) {
-                Role::Folded { partner: rank + 1 }
-            } else {
-                Role::Core {
-                    core_rank: rank / 2,
-                    absorbs: Some(rank - 1),
-                }
-            }
-        } else {
-            Role::Core {
-                core_rank: rank - remainder,
-                absorbs: None,
-            }
-        }
-    }
-}
-
-/// The real rank of core rank `core_rank` in a group of `size`.
-pub(crate) fn real_rank(core_rank: usize, size: usize) -> usize {
-    let remainder = size - largest_power_of_two(size);
-    if core_rank < remainder {
-        2 * core_rank + 1
-    } else {
-        core_rank + remainder
-    }
-}
 
 /// The fold's two halves, cut at an element boundary.
 fn fold_halves(len: usize, elem: usize) -> [Range<usize>; 2] {

@@ -3,7 +3,7 @@
 //! and leaves. The root receives and combines ⌈log2 N⌉ whole vectors, so it suits short
 //! messages (Kurnosov, section 4.1; Open MPI's and MPICH's choice below a few KiB).
 
-use super::{Algorithm, Cost, Reduce, Reduction, Tuning};
+use crate::schedules::{Algorithm, Cost, Reduce, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Scaling;
 use crate::scratch::Scratch;

@@ -1,7 +1,7 @@
 //! Broadcast from `root` along a binomial tree: ⌈log2 N⌉ rounds, each rank receives once from
 //! its parent and sends to its children.
 
-use super::{Algorithm, Broadcast, Cost, Tuning};
+use crate::schedules::{Algorithm, Broadcast, Cost, Tuning};
 use crate::error::{CoreError, Result};
 use crate::transport::Transport;
 
