@@ -171,10 +171,6 @@ def test_each_python_module_imports_only_from_below():
     assert not problems, "\n".join(problems)
 
 
-BEING_SPLIT = "ringlet.hvd"
-"""Issue 34 splits ringlet.hvd's modules; until that lands they share `_names` and one public
-module (timeline) lacks `__all__`. The two checks below exempt it, and a test fails as soon as
-the exemption is no longer needed, so that it goes."""
 
 
 def private_imports(path: Path, modules: dict[str, Path]) -> list[str]:
@@ -214,7 +210,7 @@ def test_no_private_name_is_imported_across_modules():
     what keeps it from users): `_runtime.thread_state`, not `_runtime._thread_state`."""
     modules = python_modules()
     problems = [problem for name, path in sorted(modules.items())
-                if path.suffix == ".py" and not name.startswith(BEING_SPLIT)
+                if path.suffix == ".py"
                 for problem in private_imports(path, modules)]
     assert not problems, "\n".join(problems)
 
@@ -242,6 +238,9 @@ def missing_all(path: Path) -> str | None:
             defined.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+            if isinstance(node, ast.ImportFrom) and any(
+                    (a.asname or a.name) == "__all__" for a in node.names):
+                declared = node  # another module's __all__, re-exported with its names
         elif isinstance(node, (ast.If, ast.Try)):  # optional imports, TYPE_CHECKING
             defined.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
                            and isinstance(n.ctx, ast.Store))
@@ -263,21 +262,9 @@ def test_every_public_module_declares_all():
     public by accident (calibration's load, save and install were)."""
     modules = python_modules()
     problems = [f"{name} {why}" for name in public_modules(modules)
-                if not name.startswith(BEING_SPLIT)
-                and (why := missing_all(modules[name]))]
+                if (why := missing_all(modules[name]))]
     assert not problems, "\n".join(problems)
 
-
-@pytest.mark.skipif("RINGLET_STRUCTURE_PACKAGE" in os.environ, reason="the copy's own run")
-def test_the_exemption_of_the_package_being_split_is_still_needed():
-    modules = python_modules()
-    inside = [n for n in modules if n.startswith(BEING_SPLIT)]
-    assert inside, f"{BEING_SPLIT} is gone: drop BEING_SPLIT"
-    needed = [p for n in inside if modules[n].suffix == ".py"
-              for p in private_imports(modules[n], modules)]
-    needed += [f"{n} {why}" for n in public_modules(modules) if n.startswith(BEING_SPLIT)
-               and (why := missing_all(modules[n]))]
-    assert needed, f"{BEING_SPLIT} passes both checks now: drop BEING_SPLIT"
 
 
 def row_annotation(node: ast.expr | None, lists: bool = True) -> bool:
@@ -837,8 +824,6 @@ def test_the_sibling_parser_sees_known_uses():
     shm, root = SRC / "transport" / "shm.rs", SRC / "transport" / "mod.rs"
     assert shm in transport[root], "mod.rs's `trait Transport: shm::Waiter` uses shm.rs"
     assert root not in transport[shm], "shm.rs waits through its own trait"
-    assert SRC / "schedules" / "ring.rs" not in schedules[SRC / "schedules" / "mod.rs"], (
-        "the registry's entries are no declarations")
     bindings = sibling_graph(SRC / "bindings")
     handles = bindings[SRC / "bindings" / "handles.rs"]
     assert {SRC / "bindings" / "buffers.rs", SRC / "bindings" / "errors.rs"} <= set(handles)

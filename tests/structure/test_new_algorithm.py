@@ -3,8 +3,8 @@ project gets `examples/new_algorithm/direct.rs` as `src/schedules/allreduce/dire
 line in the ALLREDUCE registry of `src/schedules/mod.rs` (the registry declares the file's
 module: the collective folders have no `mod.rs`); built, the new algorithm appears in
 `ringlet.ALGORITHMS`, reduces correctly under mpirun, is a candidate in `explain()`, and runs in
-the benchmark; the copy's exhaustive, property and simulator tests run it, and the docs' algorithm table
-generator gives it a row. Plain pytest (it builds and launches jobs itself)."""
+the benchmark; the copy's exhaustive, property and simulator tests run it, and the docs'
+algorithm table generator gives it a row. Plain pytest (it builds and launches jobs itself)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+# Slow (3 minutes: it builds a copy of the crate): make test runs it, make check does not.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "src/schedules/mod.rs"

@@ -28,6 +28,8 @@ from typing import Any
 
 import ringlet
 
+__all__ = ["COLUMNS", "Step", "Timeline"]
+
 COLUMNS = ("step", "compute", "exposed", "update", "collectives", "overlapped", "pack")
 
 

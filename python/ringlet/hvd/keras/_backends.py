@@ -44,7 +44,7 @@ def grouped_allreduce(tensors: list[Any], op: str, prescale: float, postscale: f
     )
 
 
-def _wire_dtype(compression: Any) -> str | None:
+def wire_dtype(compression: Any) -> str | None:
     """The 16-bit float dtype a built-in compressor sends, None for none; custom compressors
     are refused (their compress/decompress would run on traced values of any backend)."""
     wire = getattr(compression, "wire_dtype", None)
@@ -69,7 +69,7 @@ def _jax(tensors: list[Any], op: str, prescale: float, postscale: float, compres
             "ringlet.hvd.keras on the JAX backend runs its allreduces inside jax.jit, matched "
             "by order; it cannot run with RINGLET_HVD_MATCHING=name (unset it, or use the "
             "torch or tensorflow backend)")
-    wire = _wire_dtype(compression)
+    wire = wire_dtype(compression)
     dtypes = [t.dtype for t in tensors]
     work = list(tensors)
     if prescale != 1.0:
@@ -89,7 +89,7 @@ def _torch(tensors: list[Any], op: str, prescale: float, postscale: float, compr
 
     from .._ops import Average, Sum
 
-    _wire_dtype(compression)
+    wire_dtype(compression)
     # In place, on the gradients' memory (Keras' torch trainer hands over fresh .grad tensors);
     # the core casts to the wire dtype while packing.
     work = [t if t.is_contiguous() else t.contiguous() for t in tensors]
@@ -111,7 +111,7 @@ def _tensorflow(tensors: list[Any], op: str, prescale: float, postscale: float,
             "jit_compile=False, or leave jit_compile='auto' (on a CPU-only machine Keras then "
             "does not use XLA)."
         )
-    _wire_dtype(compression)
+    wire_dtype(compression)
     try:
         import ringlet.hvd.tensorflow as hvd_tf
     except ImportError as missing:

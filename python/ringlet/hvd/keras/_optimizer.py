@@ -208,7 +208,7 @@ def _options(compression: Any, sparse_as_dense: bool, gradient_predivide_factor:
         if device and "cpu" not in device.lower():
             raise ValueError(f"ringlet reduces gradients on the CPU; device {device!r} is not "
                              "supported (leave device_dense and device_sparse empty)")
-    _backends._wire_dtype(compression)
+    _backends.wire_dtype(compression)
     ringlet_set(process_set)  # added, or a clear error now
     return _Options(
         compression=compression,
@@ -269,7 +269,7 @@ def wrapper_class(base: type, compression: Any) -> type:
         return DistributedOptimizer(base.from_config(config, custom_objects=custom_objects),
                                     compression=compression)
 
-    _backends._wire_dtype(compression)
+    _backends.wire_dtype(compression)
     return type(base.__name__, (), {"from_config": classmethod(from_config),
                                     "__module__": __name__})
 
