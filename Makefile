@@ -187,13 +187,14 @@ bench-jax: setup
 
 # ---- The three tiers (tests/README.md) ----
 # The MPICH slice late: it builds ringlet a second time, against MPICH.
+test: export RINGLET_TEST_WALK := slice
 test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
-# RINGLET_TEST_QUICK: the Rust tests' exhaustive walks take their representative rank counts
-# (tests/core/common/mod.rs).
-check: export RINGLET_TEST_QUICK := 1
+# RINGLET_TEST_WALK: how many rank counts the Rust tests' exhaustive walks take (quick for
+# check, a slice for test, all of them for test-all: tests/core/common/mod.rs).
+check: export RINGLET_TEST_WALK := quick
 check: setup test-rust lint stubtest
 	$(PYTHON) -m pytest -q --color=no -p no:cacheprovider -m "not slow" tests/structure
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(CHECK_SIZES) -q \

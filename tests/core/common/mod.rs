@@ -9,16 +9,20 @@ use _core::scratch;
 use _core::transport::local::LocalTransport;
 use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
 
-/// The rank counts an exhaustive walk takes: all of `all`, or with `RINGLET_TEST_QUICK=1`
-/// (make check) only the representative ones among them: one rank, a pair, the non-powers of
-/// two 3 and 5 (the folds) and 8 (three levels). make test and make test-all walk them all.
+/// The rank counts an exhaustive walk takes, by `RINGLET_TEST_WALK`: unset, all of `all` (make
+/// test-all, and a plain `cargo test`); `slice` (make test), those up to 9 and 13, 16 and 17 (every
+/// shape of fold, three and four levels, the long vectors' last count); `quick` (make check), 1,
+/// 2, 3, 5 and 8 (a pair, the folds of 3 and 5, three levels).
 pub fn walked_rank_counts(all: &[usize]) -> Vec<usize> {
-    const REPRESENTATIVE: [usize; 5] = [1, 2, 3, 5, 8];
-    let quick = std::env::var("RINGLET_TEST_QUICK").is_ok_and(|v| v == "1");
-    all.iter()
-        .copied()
-        .filter(|n| !quick || REPRESENTATIVE.contains(n))
-        .collect()
+    let keep: fn(usize) -> bool = match std::env::var("RINGLET_TEST_WALK").as_deref() {
+        Ok("quick") => |n| matches!(n, 1 | 2 | 3 | 5 | 8),
+        Ok("slice") => |n| n <= 9 || matches!(n, 13 | 16 | 17),
+        Ok(other) if !other.is_empty() => {
+            panic!("RINGLET_TEST_WALK={other:?}: expected quick or slice (or unset: all)")
+        }
+        _ => |_| true,
+    };
+    all.iter().copied().filter(|&n| keep(n)).collect()
 }
 
 /// The names in `RINGLET_TEST_ALGORITHMS` (comma-separated), to which the tests that walk a
