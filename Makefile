@@ -42,7 +42,7 @@
 #   make cluster-up SLURM=1   also Slurm: slurmctld on host 0, a slurmd on each host, munge
 #                             (tools/emulated_slurm.sh; installs slurm-wlm's daemons and munge)
 #   make test-cluster    the cluster tests at every layout, and every Slurm test (make test runs
-#                        four layouts and three Slurm tests: sbatch, salloc + mpirun, Jupyter)
+#                        two layouts and three Slurm tests: sbatch, salloc + mpirun, Jupyter)
 #   make bench-cluster   4 hosts x 2 ranks at 1 Gbit/s, block and round-robin placement
 #   make validate-simulator   the simulator's predictions against the same cluster and one node
 
@@ -188,7 +188,7 @@ bench-jax: setup
 # ---- The three tiers (tests/README.md) ----
 # The MPICH slice late: it builds ringlet a second time, against MPICH.
 test: export RINGLET_TEST_WALK := slice
-test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras \
+test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras-quick \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
 
@@ -506,12 +506,23 @@ test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 # imported, so each backend is its own mpirun): DistributedOptimizer against NumPy, the
 # callbacks, load_model, and examples/keras_train_digits.py --check.
 KERAS_BACKENDS ?= tensorflow jax torch
-.PHONY: test-keras
+.PHONY: test-keras test-keras-quick
 test-keras: setup
 	@for b in $(KERAS_BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$b"; \
 		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
 			--color=no tests/hvd/keras || exit 1; \
+	done
+
+# make test's share: the whole suite on TensorFlow; on JAX and torch, DistributedOptimizer
+# against NumPy and the example's training (the callbacks and the API are backend-neutral).
+test-keras-quick: setup
+	$(MAKE) --no-print-directory test-keras KERAS_BACKENDS=tensorflow
+	@for b in jax torch; do \
+		echo "=== KERAS_BACKEND=$$b (slice)"; \
+		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
+			--color=no tests/hvd/keras/test_optimizer.py tests/hvd/keras/test_keras_example.py \
+			|| exit 1; \
 	done
 
 # ---- TensorFlow benchmarks ----

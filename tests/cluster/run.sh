@@ -20,13 +20,14 @@ REPORTS=build/test-reports/cluster
 H=10.77.0
 
 # name | mpirun arguments (the hosts are 10.77.0.10 ... .13)
+# make test's share: ranks interleaved across hosts, and hosts of unequal sizes.
 QUICK=(
-  "2 hosts x 1|-n 2 --host $H.10:1,$H.11:1"
-  "4 hosts x 2, block|-n 8 --map-by ppr:2:node"
   "4 hosts x 2, round-robin|-n 8 --map-by node"
   "uneven 2+1+3|-n 6 --host $H.10:2,$H.11:1,$H.12:3"
 )
 MORE=(
+  "2 hosts x 1|-n 2 --host $H.10:1,$H.11:1"
+  "4 hosts x 2, block|-n 8 --map-by ppr:2:node"
   "2 hosts x 2, block|-n 4 --host $H.10:2,$H.11:2"
   "3 hosts x 3, round-robin|-n 9 --host $H.10:3,$H.11:3,$H.12:3 --map-by node"
   "uneven 3+1|-n 4 --host $H.10:3,$H.11:1"
