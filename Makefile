@@ -188,6 +188,8 @@ bench-jax: setup
 # ---- The three tiers (tests/README.md) ----
 # The MPICH slice late: it builds ringlet a second time, against MPICH.
 test: export RINGLET_TEST_WALK := slice
+# Tests marked heavy run in make test-all only (tests/README.md).
+test: export PYTEST_ADDOPTS := -m "not heavy"
 test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-keras-quick \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick \
 	test-mpich-quick test-wheels-quick test-openmpi5-quick
@@ -196,9 +198,10 @@ test: setup test-rust memcheck lint stubtest test-python test-jax test-tf test-k
 # check, a slice for test, all of them for test-all: tests/core/common/mod.rs).
 check: export RINGLET_TEST_WALK := quick
 check: setup test-rust lint stubtest
-	$(PYTHON) -m pytest -q --color=no -p no:cacheprovider -m "not slow" tests/structure
+	$(PYTHON) -m pytest -q --color=no -p no:cacheprovider -m "not slow and not heavy" \
+		tests/structure
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(CHECK_SIZES) -q \
-		--color=no -m "not slow" $(MPI_SUITES)
+		--color=no -m "not slow and not heavy" $(MPI_SUITES)
 
 test-all: setup test-rust memcheck lint stubtest test-python-all test-jax-all test-tf-all \
 	test-keras test-horovod-tf test-horovod test-cluster test-mpich test-mpich-quick \

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -167,6 +169,7 @@ def test_compare_builds_takes_medians_of_ratios_measured_in_one_run(tmp_path):
     assert odd.returncode != 0 and "pairs" in odd.stderr
 
 
+@pytest.mark.heavy
 def test_jax_bench_times_ringlet_inside_jit_and_checks_the_training_step(tmp_path):
     # mpi4jax is built by make bench-jax only; without it the benchmark says so and goes on.
     for mode in ("argument", "computed"):

@@ -20,6 +20,7 @@ pytest.importorskip("keras")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.heavy
 def test_tf_bench_reports_every_variant_and_ringlet_trains_like_mwms(tmp_path):
     out = tmp_path / "tf.json"
     job = subprocess.run(
@@ -69,6 +70,7 @@ def test_tf_bench_refuses_bad_options():
     assert job.returncode == 2 and "unknown ['gloo']" in job.stderr
 
 
+@pytest.mark.heavy
 def test_tf_bench_profile_times_the_graph_ops_parts():
     job = subprocess.run(
         [sys.executable, "benchmarks/tf_bench.py", "--profile", "--calls", "2", "--steps", "2",
