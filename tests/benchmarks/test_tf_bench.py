@@ -83,5 +83,5 @@ def test_tf_bench_profile_times_the_graph_ops_parts():
                                ("whole call / step", "the op's Python body")))
     assert all(float(value) > 0 for value in (*graph, step[0], step[1]))
     assert eager[1] == "-" and float(eager[0]) > 0  # eagerly there is no graph op's body
-    copies = rows["copies of the inputs into aligned arrays (`_aligned_copy`)"]
+    copies = rows["copies of the inputs into aligned arrays (`aligned_copy`)"]
     assert all(float(value) > 0 for value in copies)
