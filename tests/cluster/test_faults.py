@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tools" / "emulated_cluster.sh"
-JOB = ROOT / "tests" / "emulated_cluster" / "fault_job.py"
+JOB = ROOT / "tests" / "cluster" / "fault_job.py"
 SHAPE = ROOT / "build" / "emulated-cluster" / "shape"
 HOSTS = 4
 CUT_HOST = 3  # the host (and, one rank per host by node, the rank) each fault hits
