@@ -80,7 +80,8 @@ stop_daemon() {
 # proctrack/linuxproc), and with a /tmp of its own: Slurm's PMIx plugin makes
 # /tmp/spmix_appdir_<uid>_<step> on every node of a step, which one shared /tmp refuses.
 # A checkout under /tmp stays where it is: the folder of /tmp that holds it (with ../shared
-# beside it) is bound into the host's own /tmp first, at the same path.
+# beside it) is bound into the host's own /tmp first, at the same path, and the host's /tmp
+# brings that mount along (--rbind).
 on_host() {
   local node=$PREFIX$1 keep=
   shift
@@ -94,7 +95,7 @@ on_host() {
   nsenter --net="/run/netns/$node" unshare --mount --uts -- sh -c \
     'mount --bind "/etc/netns/$0/hosts" /etc/hosts &&
      { [ -z "$2" ] || mount --bind "/tmp/$2" "$1/$2"; } &&
-     mount --bind "$1" /tmp && hostname "$0" &&
+     mount --rbind "$1" /tmp && hostname "$0" &&
      shift 2 && exec "$@"' "$node" "$STATE/$node/tmp" "$keep" "$@"
 }
 
