@@ -20,7 +20,7 @@ _user_comm: Any = None
 _thread_level: str | None = None
 _owns_mpi = False
 _group: _core.Group | None = None
-"""(rank, size, hosts) of ringlet's communicator, read once per init."""
+"""The rank, size and hosts of ringlet's communicator, read once per init."""
 
 
 def _family(description: str) -> str | None:
