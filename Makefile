@@ -59,10 +59,10 @@ TEST_SIZES ?= 1 2 3
 TEST_SLICE_SIZES ?= 5 8
 ALL_TEST_SIZES ?= 1 2 3 4 5 8
 CHECK_SIZES ?= 2 3
-# The suites of ringlet's own API and of ringlet.hvd (NumPy, torch, and the options shared by
-# torch, TensorFlow and Keras) under mpirun.
-MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/hvd/test_hvd_options.py \
-	tests/jupyter/engines
+# The suites of ringlet's own API and of ringlet.hvd (NumPy, torch) under mpirun. The options
+# shared by torch, TensorFlow and Keras (tests/hvd/test_hvd_options.py) run with test-tf: they
+# import all three frameworks, and the rank count does not change them.
+MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
 # What runs at 5 and 8 ranks in make test: the collectives, whose algorithms change shape with
 # the rank count (folds of non-powers of two, three levels of halving).
 MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collectives.py \
@@ -321,9 +321,9 @@ test-rust: $(STAMPS)/system
 # the sanitizers need a nightly toolchain, which this machine cannot install).
 memcheck: $(STAMPS)/system
 	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind --error-exitcode=1 -q" \
-		cargo test --test kernels --test schedules --test shm -- --test-threads=1 \
-		every_supported_level broadcast long_messages pipelined_ring_with_many_small \
-		shm_both_paths_small
+		cargo test --test core -- --test-threads=1 kernels::every_supported_level \
+		schedules::broadcast schedules::long_messages schedules::pipelined_ring_with_many_small \
+		shm::shm_both_paths_small
 
 # The documentation site, from docs/ and the docstrings, into build/site (warnings are errors).
 docs: setup
@@ -360,12 +360,13 @@ test-jax: setup
 test-jax-all:
 	$(MAKE) --no-print-directory test-jax JAX_TEST_SIZES="1 2 3 4"
 
-# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function.
+# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function, and the
+# DistributedOptimizer options that torch, TensorFlow and Keras share.
 TF_TEST_SIZES ?= 2
 .PHONY: test-tf test-tf-all
 test-tf: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
-		--color=no tests/hvd/tensorflow
+		--color=no tests/hvd/tensorflow tests/hvd/test_hvd_options.py
 
 test-tf-all:
 	$(MAKE) --no-print-directory test-tf TF_TEST_SIZES="2 3"

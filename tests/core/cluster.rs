@@ -2,15 +2,13 @@
 //! bit-identical results for every placement, including uneven nodes, and the traffic each
 //! node's link carries.
 
-mod common;
-
+use crate::common::*;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::allreduce::ring::Ring;
 use _core::schedules::allreduce::two_tier::TwoTier;
 use _core::schedules::{Algorithm, Allreduce, Tuning, ALLREDUCE};
 use _core::transport::local::LocalTransport;
 use _core::transport::{Nodes, Placement, Transport};
-use common::*;
 
 /// Node of each rank: block, round-robin, uneven and one rank per node.
 const LAYOUTS: [&[usize]; 10] = [

@@ -6,12 +6,10 @@
 //! `RINGLET_TEST_ALGORITHMS=name,...`), so a newly registered schedule is tested with no edit
 //! here.
 
-mod common;
-
+use crate::common::*;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::Tuning;
 use _core::transport::waiting::set_wait_policy;
-use common::*;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! The algorithm table of the docs' "Choosing algorithms" page (`PAGE`) is generated from the
 //! registry: one row per registered allreduce (its name, `description()` and `best_for()`), then
 //! `auto`, between two marker comments. The test fails with a diff when the page differs;
-//! `RINGLET_BLESS=1 cargo test --test readme` rewrites the region (and only it).
+//! `RINGLET_BLESS=1 cargo test --test core readme::` rewrites the region (and only it).
 
 use _core::schedules::{
     Algorithm, ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCE, REDUCE_SCATTER,
@@ -12,7 +12,7 @@ use std::path::Path;
 const PAGE: &str = "docs/guide/algorithms.md";
 
 const BEGIN: &str = "<!-- algorithms: generated from src/schedules by tests/core/readme.rs; \
-                     RINGLET_BLESS=1 cargo test --test readme rewrites it -->";
+                     RINGLET_BLESS=1 cargo test --test core readme:: rewrites it -->";
 const END: &str = "<!-- end of generated table -->";
 
 /// The table, from the ALLREDUCE registry in its order.
@@ -103,7 +103,7 @@ fn the_docs_algorithm_table_is_the_registrys() {
     }
     panic!(
         "{PAGE}'s algorithm table is not the registry's (descriptions live in \
-         src/schedules/<collective>/<algorithm>.rs; RINGLET_BLESS=1 cargo test --test readme \
+         src/schedules/<collective>/<algorithm>.rs; RINGLET_BLESS=1 cargo test --test core readme:: \
          rewrites it):\n{}",
         diff(current.trim(), wanted.trim())
     );

@@ -1,14 +1,12 @@
 //! The reduce schedules on in-process ranks: exact against the reference at every rank count,
 //! root, count, dtype and op, and each sending what its algorithm says.
 
-mod common;
-
+use crate::common::*;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::reduce::k_chain::{chain, chains};
 use _core::schedules::{Reduce, Reduction, REDUCE};
 use _core::transport::local::LocalTransport;
 use _core::transport::Transport;
-use common::*;
 
 const RANK_COUNTS: [usize; 14] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 24];
 
@@ -93,7 +91,7 @@ fn roots(n: usize) -> Vec<usize> {
 #[test]
 fn every_reduce_schedule_is_exact_at_every_rank_count_root_count_dtype_and_op() {
     for schedule in schedules() {
-        for n in RANK_COUNTS {
+        for n in walked_rank_counts(&RANK_COUNTS) {
             for count in [0, 1, n + 1, 1000] {
                 for root in roots(n) {
                     // Every dtype and op at a few rank counts, sum and max at the rest.

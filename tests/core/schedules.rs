@@ -5,8 +5,7 @@
 //! run in process; `RINGLET_TEST_ALGORITHMS=name,...` narrows them) and assert they ran every one
 //! of them, so a newly registered schedule is tested with no edit here.
 
-mod common;
-
+use crate::common::*;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::allreduce::halving_doubling::HalvingDoubling;
 use _core::schedules::allreduce::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW};
@@ -15,7 +14,6 @@ use _core::schedules::allreduce::ring::Ring;
 use _core::schedules::{Algorithm, Allreduce, Cost, Factors, Parts, Reduction, Tuning};
 use _core::transport::waiting::set_wait_policy;
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
-use common::*;
 use std::time::Duration;
 
 const RANK_COUNTS: [usize; 19] = [
@@ -240,7 +238,7 @@ fn halving_doubling_rounds_are_two_log2_p_plus_the_fold() {
 
 #[test]
 fn scratch_stays_within_each_algorithms_bound() {
-    for n in [2usize, 3, 4, 5, 8, 13, 16] {
+    for n in walked_rank_counts(&[2, 3, 4, 5, 8, 13, 16]) {
         for count in [1usize, 999, 65537, 300_001] {
             for dtype in [DType::F32, DType::F16, DType::F64] {
                 let m = count * dtype.size();
@@ -335,7 +333,7 @@ fn inexact_results_are_bit_identical_on_every_rank_and_every_run() {
     let mut ran = Vec::new();
     for schedule in allreduce_under_test() {
         ran.push(schedule.name());
-        for n in [2usize, 3, 6, 7, 16] {
+        for n in walked_rank_counts(&[2, 3, 6, 7, 16]) {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
                 for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Prod] {
                     let inputs: Vec<Vec<u8>> = (0..n)
@@ -434,7 +432,7 @@ fn every_schedule_over_separate_buffers_is_exact() {
     for schedule in allreduce_under_test() {
         let name = schedule.name();
         ran.push(name);
-        for n in [1usize, 2, 3, 4, 5, 7, 8, 13] {
+        for n in walked_rank_counts(&[1, 2, 3, 4, 5, 7, 8, 13]) {
             for (count, seed) in [0usize, 1, n + 1, 1000, 4099].into_iter().zip(1u64..) {
                 for dtype in DType::ALL {
                     for op in ReduceOp::ALL {
@@ -551,7 +549,7 @@ fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
         let name = schedule.name();
         ran.push(name);
         let sweeping: &'static dyn Allreduce = Box::leak(Box::new(Unfolded(schedule)));
-        for n in [1usize, 2, 3, 5, 8] {
+        for n in walked_rank_counts(&[1, 2, 3, 5, 8]) {
             for count in [0usize, 1, 37, 1000] {
                 for dtype in DType::ALL {
                     for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max] {

@@ -2,15 +2,13 @@
 //! its paths, over separate buffers and over arrays that live in shared memory, bit-identical
 //! on every rank, and refused where there is no shared memory.
 
-mod common;
-
+use crate::common::*;
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::allreduce::shared_memory::{one_shot_max, Shm, SEGMENT_BYTES};
 use _core::schedules::{self, Algorithm, Factors, Parts, Tuning};
 use _core::transport::local::LocalTransport;
 use _core::transport::waiting::set_wait_policy;
 use _core::transport::Transport;
-use common::*;
 use std::time::Duration;
 
 /// Threads outnumber cores here: yield at once instead of spinning.
@@ -69,7 +67,7 @@ fn shm_is_exact_on_both_paths_for_every_dtype_and_op() {
 #[test]
 fn shm_over_separate_buffers_is_exact() {
     yield_while_waiting();
-    for n in [2usize, 3, 7] {
+    for n in walked_rank_counts(&[2, 3, 7]) {
         for dtype in [DType::F32, DType::BF16, DType::I64] {
             for (count, seed) in counts(n, dtype).into_iter().zip(1u64..) {
                 let parts = random_parts(count, seed * 7 + n as u64);
@@ -82,7 +80,7 @@ fn shm_over_separate_buffers_is_exact() {
 #[test]
 fn shm_results_are_bit_identical_on_every_rank_and_reduced_in_rank_order() {
     yield_while_waiting();
-    for n in [2usize, 3, 5, 8] {
+    for n in walked_rank_counts(&[2, 3, 5, 8]) {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for count in [4099usize, SEGMENT_BYTES / 2 * 3 + 5] {
                 let values: Vec<Vec<f64>> = (0..n).map(|r| noise(r as u64 + 1, count)).collect();

@@ -2,8 +2,6 @@
 //! against the in-process transport, for every registered algorithm), and its network model
 //! times simple patterns as their formulas say.
 
-mod common;
-
 use _core::dtype::{DType, ReduceOp};
 use _core::schedules::{
     self, Algorithm, Factors, Parts, Reduction, Tuning, ALLGATHER, ALLREDUCE, BROADCAST, REDUCE,
@@ -120,7 +118,7 @@ fn simulable() -> Vec<(&'static str, &'static str)> {
             let name = algorithm.name();
             match algorithm.unavailable(&probe) {
                 Some(_) => skipped.push(format!("{collective} {name}")),
-                None if common::selected(name) => all.push((collective, name)),
+                None if crate::common::selected(name) => all.push((collective, name)),
                 None => {}
             }
         }
@@ -146,7 +144,10 @@ fn recorded_traffic_is_the_schedules_real_traffic_for_every_registered_algorithm
         vec![0, 1, 2, 0, 1, 2, 0], // round-robin, uneven
     ];
     let pairs = simulable();
-    assert!(pairs.len() >= 12 || common::only().is_some(), "{pairs:?}");
+    assert!(
+        pairs.len() >= 12 || crate::common::only().is_some(),
+        "{pairs:?}"
+    );
     for (collective, algorithm) in pairs {
         for labels in &layouts {
             for len in [0usize, 4, 4 * 13, 40_000] {
