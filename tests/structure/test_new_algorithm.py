@@ -54,7 +54,8 @@ def changed_lines(before: str, after: str) -> list[str]:
 
 
 # The copy's crate compiles from scratch (its artifacts are keyed by its path), then its test
-# binaries, and the exhaustive test runs `direct` at up to 32 ranks: beyond the default 300 s.
+# binary: beyond the default 300 s. Its walks take the quick rank counts: this test proves that
+# the registration reaches every walk; the walks themselves are tests/core's.
 @pytest.mark.timeout(1800)
 def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
     tree = tmp_path / "ringlet"
@@ -121,7 +122,8 @@ def test_one_file_and_one_line_make_a_new_algorithm(tmp_path):
         ["cargo", "test", "--quiet", "--test", "core", "--",
          "schedules::every_schedule_is_exact", "properties::any_schedule",
          "simulate::recorded_traffic", "readme::the_docs_algorithm_table", "--nocapture"],
-        cwd=tree, env={**env, "RINGLET_TEST_ALGORITHMS": "direct", "RINGLET_BLESS": "1"},
+        cwd=tree, env={**env, "RINGLET_TEST_ALGORITHMS": "direct", "RINGLET_BLESS": "1",
+                           "RINGLET_TEST_WALK": "quick"},
         text=True, capture_output=True, timeout=1800,
     )
     report = rust_tests.stdout + rust_tests.stderr

@@ -8,13 +8,12 @@ use _core::transport::local::LocalTransport;
 use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// The rank counts a walk over rank counts takes, by `RINGLET_TEST_WALK`: unset, all of `all`
-/// (make test-all, and a plain `cargo test`); `slice` (make test), those up to 9 and 16 (every
-/// shape of fold up to 9, three and four levels); `quick` (make check), those up to 5 (one rank,
-/// a pair, the folds of 3 and 5, two levels).
+/// (make test-all, and a plain `cargo test`); `slice` (make test), those up to 5 and 8 (one rank,
+/// a pair, the folds of 3 and 5, two and three levels); `quick` (make check), those up to 5.
 pub fn walked_rank_counts(all: &[usize]) -> Vec<usize> {
     let keep: fn(usize) -> bool = match std::env::var("RINGLET_TEST_WALK").as_deref() {
         Ok("quick") => |n| n <= 5,
-        Ok("slice") => |n| n <= 9 || n == 16,
+        Ok("slice") => |n| n <= 5 || n == 8,
         Ok(other) if !other.is_empty() => {
             panic!("RINGLET_TEST_WALK={other:?}: expected quick or slice (or unset: all)")
         }
