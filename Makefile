@@ -63,8 +63,8 @@ CHECK_SIZES ?= 2 3
 # shared by torch, TensorFlow and Keras (tests/hvd/test_hvd_options.py) run with test-keras:
 # they import all three frameworks, and the rank count does not change them.
 MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
-# What runs at 5 and 8 ranks in make test: the collectives, whose algorithms change shape with
-# the rank count (folds of non-powers of two, three levels of halving).
+# What runs at TEST_SLICE_SIZES in make test: the collectives, whose algorithms change shape
+# with the rank count (one rank, the folds of non-powers of two).
 MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collectives.py \
 	tests/collectives/test_reduce.py tests/collectives/test_mismatch.py
 # What runs on the other MPIs in make test (MPICH, Open MPI 5), beside an allreduce slice: what
@@ -208,7 +208,6 @@ test: setup build/stamps/wheel-mpis $(STAMPS)/wheel-tools
 		echo "=== made beside the tests (test-prepare, exit status $$prepared):"; \
 		cat build/logs/test-prepare.log; \
 		[ $$here = 0 ] && [ $$prepared = 0 ] && $(MAKE) --no-print-directory $(TEST_THERE)
-
 
 # RINGLET_TEST_WALK: how many rank counts the Rust tests' exhaustive walks take (quick for
 # check, a slice for test, all of them for test-all: tests/core/common/mod.rs).

@@ -58,10 +58,10 @@ CATEGORIES = {
     "timing": "asserts a timing that Horovod's coordinator happens to give, not a result",
     "rank-count": "its own reference cannot hold at this rank count whatever the backend",
 }
-# The quick slice (make test-horovod-tf-quick): every collective on CPU, gradients, a grouped
-# and a sparse case, an error case, a Keras model, process sets (the tests that take more than
-# 10 s each left out): 288 s at 2 ranks on the 2 shared cores, most of it starting the three
-# jobs (importing TensorFlow, about a minute per job there).
+# The quick slice (make test-horovod-tf-quick runs its first two files): every collective on
+# CPU, gradients, a grouped and a sparse case, an error case, a Keras model, process sets (the
+# tests that take more than 10 s each left out): 288 s at 2 ranks on the 2 shared cores, most
+# of it starting the three jobs (importing TensorFlow, about a minute per job there).
 QUICK = {
     "test_tensorflow.py": [
         "test_horovod_rank", "test_horovod_size", "test_horovod_rank_op", "test_horovod_size_op",
