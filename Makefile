@@ -55,8 +55,8 @@ NP ?= 2
 # levels). make test runs the suites whole at TEST_SIZES and the collectives' slice at
 # TEST_SLICE_SIZES; make test-all everything at ALL_TEST_SIZES (the in-process Rust tests cover
 # every count up to 17, then 24 and 32).
-TEST_SIZES ?= 2 3
-TEST_SLICE_SIZES ?= 1 5
+TEST_SIZES ?= 2
+TEST_SLICE_SIZES ?= 1 3 5
 ALL_TEST_SIZES ?= 1 2 3 4 5 8
 CHECK_SIZES ?= 2 3
 # The suites of ringlet's own API and of ringlet.hvd (NumPy, torch) under mpirun. The options
@@ -64,9 +64,10 @@ CHECK_SIZES ?= 2 3
 # they import all three frameworks, and the rank count does not change them.
 MPI_SUITES := tests/collectives tests/hvd/numpy tests/hvd/torch tests/jupyter/engines
 # What runs at TEST_SLICE_SIZES in make test: the collectives, whose algorithms change shape
-# with the rank count (one rank, the folds of non-powers of two).
+# with the rank count (one rank, the folds of non-powers of two), and the process sets' groups.
 MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collectives.py \
-	tests/collectives/test_reduce.py tests/collectives/test_mismatch.py
+	tests/collectives/test_reduce.py tests/collectives/test_mismatch.py \
+	tests/collectives/test_process_sets.py
 # What runs on the other MPIs in make test (MPICH, Open MPI 5), beside an allreduce slice: what
 # touches the MPI library's own behaviour (communicators, shared memory, ranks that leave).
 MPI_OTHER_MPI_SLICE := tests/collectives/test_process_sets.py tests/collectives/test_join.py \

@@ -154,7 +154,7 @@ def test_hosts_are_passed_to_mpiexec():
 
 def test_engines_that_cannot_start_raise_with_the_launchers_words_and_leave_nothing():
     with pytest.raises(RuntimeError, match=r"0 of 2 engines registered") as caught:
-        jupyter.start(n=2, mpi_args=["--no-such-mpiexec-option"], progress=False, timeout=20,
+        jupyter.start(n=2, mpi_args=["--no-such-mpiexec-option"], progress=False, timeout=8,
                       cluster_id="ringlet-test-broken")
     assert "no-such-mpiexec-option" in str(caught.value)
     assert wait_until_gone("ringlet-test-broken") == []
