@@ -197,7 +197,7 @@ bench-jax: setup
 TEST_HERE := test-rust memcheck lint stubtest test-python test-jax test-tf test-keras-quick \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick
 TEST_THERE := test-mpich-quick test-wheels-quick test-openmpi5-quick
-test: export RINGLET_TEST_WALK := slice
+test: export RINGLET_TEST_WALK := quick
 # Tests marked heavy run in make test-all only (tests/README.md).
 test: export PYTEST_ADDOPTS := -m "not heavy"
 test: setup build/stamps/wheel-mpis $(STAMPS)/wheel-tools
@@ -211,7 +211,8 @@ test: setup build/stamps/wheel-mpis $(STAMPS)/wheel-tools
 		[ $$here = 0 ] && [ $$prepared = 0 ] && $(MAKE) --no-print-directory $(TEST_THERE)
 
 # RINGLET_TEST_WALK: how many rank counts the Rust tests' exhaustive walks take (quick for
-# check, a slice for test, all of them for test-all: tests/core/common/mod.rs).
+# check and test, all of them for test-all: tests/core/common/mod.rs). Eight ranks on real MPI
+# run in make test's cluster slice.
 check: export RINGLET_TEST_WALK := quick
 check: setup test-rust lint stubtest
 	$(PYTHON) -m pytest -q --color=no -p no:cacheprovider -m "not slow and not heavy" \

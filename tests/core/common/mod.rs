@@ -8,14 +8,13 @@ use _core::transport::local::LocalTransport;
 use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// The rank counts a walk over rank counts takes, by `RINGLET_TEST_WALK`: unset, all of `all`
-/// (make test-all, and a plain `cargo test`); `slice` (make test), those up to 5 and 8 (one rank,
-/// a pair, the folds of 3 and 5, two and three levels); `quick` (make check), those up to 5.
+/// (make test-all, and a plain `cargo test`); `quick` (make check and make test), those up to 5
+/// (one rank, a pair, the folds of 3 and 5, two levels).
 pub fn walked_rank_counts(all: &[usize]) -> Vec<usize> {
     let keep: fn(usize) -> bool = match std::env::var("RINGLET_TEST_WALK").as_deref() {
         Ok("quick") => |n| n <= 5,
-        Ok("slice") => |n| n <= 5 || n == 8,
         Ok(other) if !other.is_empty() => {
-            panic!("RINGLET_TEST_WALK={other:?}: expected quick or slice (or unset: all)")
+            panic!("RINGLET_TEST_WALK={other:?}: expected quick (or unset: all)")
         }
         _ => |_| true,
     };
