@@ -1,7 +1,8 @@
 """Run the Python test suite under mpirun at several rank counts and total every rank's results.
 
     python tests/run_mpi_suite.py [--sizes 1 2 3 4 5 8] [--launcher mpirun.mpich]
-                                  [--timeout 900] [--plain tests/jobs ...] [pytest args...]
+                                  [--timeout 900] [--plain tests/jobs ...] [--plain-streams 2]
+                                  [pytest args...]
 
 The launcher is --launcher, else $RINGLET_MPIRUN, else `mpirun`: Open MPI's or MPICH's (Hydra).
 Open MPI-only options go to Open MPI alone; the time limit of each run is enforced here (the
@@ -23,9 +24,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,10 +104,13 @@ def kill_group(process: subprocess.Popen, sig: int, others: Sequence[int] = ()) 
             pass
 
 
-def call(command: list[str], env: dict[str, str], timeout: float) -> int:
-    """Run `command` in its own process group; past `timeout` seconds, end it and everything
-    it started (launcher, proxies and ranks) and return 124, as timeout(1) does."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+def call(command: list[str], env: dict[str, str], timeout: float, output=None) -> int:
+    """Run `command` in its own process group (its output into `output`, a file, if given);
+    past `timeout` seconds, end it and everything it started (launcher, proxies and ranks) and
+    return 124, as timeout(1) does."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                               stdout=output, stderr=output and subprocess.STDOUT)
+    RUNNING.add(process)
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -122,6 +129,12 @@ def call(command: list[str], env: dict[str, str], timeout: float) -> int:
         kill_group(process, signal.SIGKILL, descendants(process.pid))
         process.wait()
         raise
+    finally:
+        RUNNING.discard(process)
+
+
+# What `call` runs, in every thread: a Ctrl-C reaches only the main thread, which ends them all.
+RUNNING: set[subprocess.Popen] = set()
 
 
 def count(report: Path) -> tuple[int, int, int]:
@@ -223,20 +236,47 @@ def run(launcher: Launcher, size: int, pytest_args: list[str], timeout: float,
 def run_plain(launcher: Launcher, path: str, timeout: float,
               reports_root: Path) -> tuple[int, int, int]:
     """Tests that launch mpirun jobs themselves (failure handling), or none (tooling): one
-    ordinary process."""
-    report = reports_root / f"plain-{path.strip('/').replace('/', '-')}.xml"
+    ordinary process, with a temporary directory of its own (others may run beside it). Its
+    output goes to a log, printed whole when it ends."""
+    name = f"plain-{path.strip('/').replace('/', '-')}"
+    report, log = reports_root / f"{name}.xml", reports_root / f"{name}.log"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f"ringlet-{name}-"))
     command = [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider",
-               f"--junitxml={report}", path]
-    print(f"\n=== tests run by one process: {' '.join(command)}", flush=True)
-    code = call(command, launcher.environment, timeout)
+               f"--junitxml={report}", f"--basetemp={temporary}", path]
+    started = time.monotonic()
+    with log.open("w") as output:
+        code = call(command, launcher.environment, timeout, output)
     passed, failed, skipped = count(report) if report.exists() else (0, 1, 0)
-    if report.exists():
-        FAILED_TESTS.extend(failing(report, path))
     if code != 0 and failed == 0:
         failed = 1
+    with PRINTING:
+        print(f"\n=== tests run by one process ({time.monotonic() - started:.0f} s): "
+              f"{' '.join(command)}\n{log.read_text(errors='replace').rstrip()}", flush=True)
+        if report.exists():
+            FAILED_TESTS.extend(failing(report, path))
+    if not failed:
+        shutil.rmtree(temporary, ignore_errors=True)
     return passed, failed, skipped
+
+
+PRINTING = threading.Lock()
+
+
+def run_plain_suites(launcher: Launcher, paths: list[str], streams: int, timeout: float,
+                     reports_root: Path) -> list[tuple[int, int, int]]:
+    """The single-process suites, `streams` at a time: they wait on the jobs they launch for
+    much of their time, so two share the cores well."""
+    with ThreadPoolExecutor(max_workers=max(1, streams)) as pool:
+        try:
+            return list(pool.map(lambda path: run_plain(launcher, path, timeout, reports_root),
+                                 paths))
+        except KeyboardInterrupt:
+            pool.shutdown(cancel_futures=True, wait=False)
+            for process in list(RUNNING):
+                kill_group(process, signal.SIGKILL, descendants(process.pid))
+            raise
 
 
 def main() -> int:
@@ -245,6 +285,8 @@ def main() -> int:
                         help="rank counts (none: only the --plain tests)")
     parser.add_argument("--plain", nargs="*", default=[],
                         help="test paths run by one ordinary pytest process (they launch jobs)")
+    parser.add_argument("--plain-streams", type=int, default=1,
+                        help="how many of the --plain processes run at once (default 1)")
     parser.add_argument("--launcher", default=os.environ.get("RINGLET_MPIRUN") or "mpirun",
                         help="the MPI launcher (default: $RINGLET_MPIRUN, else mpirun)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS,
@@ -259,7 +301,8 @@ def main() -> int:
     cache = ROOT / "build" / "test-cache" / label
     shutil.rmtree(cache, ignore_errors=True)
     print(f"launcher: {launcher.path} ({launcher.flavor})", flush=True)
-    totals = [run_plain(launcher, path, args.timeout, reports_root) for path in args.plain]
+    totals = run_plain_suites(launcher, args.plain, args.plain_streams, args.timeout,
+                              reports_root)
     totals += [run(launcher, size, pytest_args or ["-q", "tests/collectives"], args.timeout,
                    reports_root, cache)
                for size in args.sizes]

@@ -1,4 +1,5 @@
-"""tests/run_mpi_suite.py: launchers of either MPI, and the time limit it enforces itself.
+"""tests/run_mpi_suite.py: launchers of either MPI, the time limit it enforces itself, and the
+single-process suites run side by side.
 
 Ordinary pytest, not under mpirun (the real-launcher tests start small jobs themselves).
 """
@@ -10,8 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,6 +99,33 @@ def test_launcher_from_the_environment(launchers: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(sys, "argv", ["run_mpi_suite.py", "--sizes", "--plain", "x"])
     assert suite.main() == 0
     assert [launcher.command for launcher in seen] == ["mpirun.mpich"]
+
+
+def test_plain_suites_run_side_by_side_and_a_failure_is_counted(tmp_path, monkeypatch):
+    # Suites a and b each wait for the other to start: they pass only if they run at once.
+    for mine, other in (("a", "b"), ("b", "a")):
+        (tmp_path / mine).mkdir()
+        (tmp_path / mine / f"test_{mine}.py").write_text(textwrap.dedent(f"""
+            import time
+            from pathlib import Path
+
+            def test_meets_the_other(tmp_path):
+                Path({str(tmp_path)!r}, "{mine}.started").write_text(str(tmp_path))
+                deadline = time.monotonic() + 30
+                while not Path({str(tmp_path)!r}, "{other}.started").exists():
+                    assert time.monotonic() < deadline, "the other suite never started"
+                    time.sleep(0.05)
+        """))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "test_c.py").write_text("def test_fails():\n    assert False\n")
+    monkeypatch.setattr(suite, "FAILED_TESTS", [])
+    launcher = SimpleNamespace(environment=dict(os.environ))
+    totals = suite.run_plain_suites(launcher, [str(tmp_path / name) for name in "abc"], 2, 120,
+                                    tmp_path / "reports")
+    assert totals == [(1, 0, 0), (1, 0, 0), (0, 1, 0)]
+    assert [line.split(": ")[1] for line in suite.FAILED_TESTS] == ["test_c::test_fails"]
+    # Each ran in a temporary directory of its own.
+    assert (tmp_path / "a.started").read_text() != (tmp_path / "b.started").read_text()
 
 
 def test_a_missing_launcher_is_an_error(launchers: Path):
