@@ -187,28 +187,30 @@ bench-jax: setup
 		$(JAX_BENCH_ARGS)
 
 # ---- The three tiers (tests/README.md) ----
-# make test runs TEST_HERE, then TEST_THERE. What TEST_THERE needs and no test before it touches
-# (the binary wheel, then the venvs of MPICH and of Open MPI 5 that install it) is made beside
-# TEST_HERE by test-prepare at nice 19: it takes the cores only while the tests leave them idle
-# (they wait on launches, timeouts and shaped links for about a third of the time), so its
-# 4 minutes of building cost the run little. Its log follows TEST_HERE's
-# (build/logs/test-prepare.log). Both MPIs' headers and the wheel's tools are installed first:
-# neither apt (the cluster's Slurm installs with it) nor pip into .venv runs beside the tests.
+# make test runs TEST_HERE, then TEST_THERE. Beside TEST_HERE, at nice 19, TEST_BESIDE makes
+# what TEST_THERE needs and no test before it touches (the binary wheel, then the venvs of MPICH
+# and of Open MPI 5 that install it), then runs the wheel matrix's slice (installs, and jobs
+# judged by what they print, never by how long they take). It takes the cores only while the
+# tests leave them idle (they wait on launches, timeouts and shaped links for about a third of
+# the time). Its log follows TEST_HERE's (build/logs/test-beside.log). Both MPIs' headers and
+# the wheel's tools are installed first: neither apt (the cluster's Slurm installs with it) nor
+# pip into .venv runs beside the tests.
 TEST_HERE := test-rust memcheck lint stubtest test-python test-jax test-tf test-keras-quick \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick
-TEST_THERE := test-mpich-quick test-wheels-quick test-openmpi5-quick
+TEST_BESIDE := test-prepare test-wheels-quick
+TEST_THERE := test-mpich-quick test-openmpi5-quick
 test: export RINGLET_TEST_WALK := quick
 # Tests marked heavy run in make test-all only (tests/README.md).
 test: export PYTEST_ADDOPTS := -m "not heavy"
 test: setup build/stamps/wheel-mpis $(STAMPS)/wheel-tools
 	@mkdir -p build/logs
-	@nice -n 19 $(MAKE) --no-print-directory test-prepare > build/logs/test-prepare.log 2>&1 & \
-		prepare=$$!; \
+	@nice -n 19 $(MAKE) --no-print-directory $(TEST_BESIDE) > build/logs/test-beside.log 2>&1 & \
+		beside=$$!; \
 		$(MAKE) --no-print-directory $(TEST_HERE); here=$$?; \
-		wait $$prepare; prepared=$$?; \
-		echo "=== made beside the tests (test-prepare, exit status $$prepared):"; \
-		cat build/logs/test-prepare.log; \
-		[ $$here = 0 ] && [ $$prepared = 0 ] && $(MAKE) --no-print-directory $(TEST_THERE)
+		wait $$beside; besides=$$?; \
+		echo "=== beside the tests ($(TEST_BESIDE), exit status $$besides):"; \
+		cat build/logs/test-beside.log; \
+		[ $$here = 0 ] && [ $$besides = 0 ] && $(MAKE) --no-print-directory $(TEST_THERE)
 
 # RINGLET_TEST_WALK: how many rank counts the Rust tests' exhaustive walks take (quick for
 # check and test, all of them for test-all: tests/core/common/mod.rs). Eight ranks on real MPI
@@ -266,7 +268,7 @@ $(STAMPS)/system: tools/install_system_deps.sh
 	@mkdir -p $(@D) && touch $@
 
 $(STAMPS)/mpi.mk: $(STAMPS)/system FORCE
-	@# A file of this shell's own (.$$$$): make test runs two makes at once (test-prepare).
+	@# A file of this shell's own (.$$$$): make test runs two makes at once (TEST_BESIDE).
 	@key="$$(python3 tools/mpi_build_key.py)" && mkdir -p $(@D) && \
 		echo "MPI_KEY := $$key" > $@.$$$$ && \
 		if cmp -s $@.$$$$ $@; then rm $@.$$$$; else mv $@.$$$$ $@; fi
@@ -358,16 +360,17 @@ stubtest: setup
 # tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
 # run each benchmark briefly and check what it reports; tests/jupyter start ipyparallel MPI
 # engines and execute the tour notebook; tests/docs build the site (mkdocs build --strict).
-# The MPI suites whole at TEST_SIZES, then the collectives' slice at TEST_SLICE_SIZES.
+# Two of them run at once (they wait on their jobs for much of the time). Then the MPI suites
+# whole at TEST_SIZES, and the collectives' slice at TEST_SLICE_SIZES.
 test-python: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --plain $(PLAIN_SUITES) \
-		--sizes $(TEST_SIZES) -q --color=no $(MPI_SUITES)
+		--plain-streams 2 --sizes $(TEST_SIZES) -q --color=no $(MPI_SUITES)
 	$(if $(TEST_SLICE_SIZES),$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
 		--sizes $(TEST_SLICE_SIZES) -q --color=no $(MPI_SLICE))
 
 test-python-all: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --plain $(PLAIN_SUITES) \
-		--sizes $(ALL_TEST_SIZES) -q --color=no $(MPI_SUITES)
+		--plain-streams 2 --sizes $(ALL_TEST_SIZES) -q --color=no $(MPI_SUITES)
 
 # ringlet.jax (tests/jax: inside and outside jax.jit, gradients, order).
 JAX_TEST_SIZES ?= 2
