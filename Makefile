@@ -505,11 +505,11 @@ test-horovod-tf: setup $(HVD_UPSTREAM_DEPS)/.installed
 	$(PYTHON) tests/hvd/upstream/run.py --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		$(HVD_UPSTREAM_ARGS)
 
-# make test's share: the quick slice of the plain and the process-set files (the Keras file's two
-# tests run with test-horovod-tf; tests/hvd/keras tests ringlet.hvd.keras).
+# make test's share: the quick slice of the plain file (the process-set and Keras files run with
+# test-horovod-tf; tests/hvd/tensorflow tests ringlet.hvd.tensorflow's process sets, and
+# tests/hvd/keras ringlet.hvd.keras).
 test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
-	$(PYTHON) tests/hvd/upstream/run.py --quick --launcher $(MPIRUN) \
-		--files test_tensorflow.py test_tensorflow_process_sets.py \
+	$(PYTHON) tests/hvd/upstream/run.py --quick --launcher $(MPIRUN) --files test_tensorflow.py \
 		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
 
 # Horovod's test_torch.py against ringlet.hvd.torch, the whole file as ONE mpirun job of pytest
