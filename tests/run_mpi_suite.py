@@ -246,6 +246,8 @@ def run_plain(launcher: Launcher, path: str, timeout: float,
     command = [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider",
                f"--junitxml={report}", f"--basetemp={temporary}", path]
     started = time.monotonic()
+    with PRINTING:  # the whole output comes at the end; until then, this says where it grows
+        print(f"--- started {path} (its output, live: {log})", flush=True)
     with log.open("w") as output:
         code = call(command, launcher.environment, timeout, output)
     passed, failed, skipped = count(report) if report.exists() else (0, 1, 0)
