@@ -87,8 +87,13 @@ def register_thread() -> None:
     """Key this Python thread's collectives by its name (once per thread): the consistency
     check then tells two threads' calls apart across ranks."""
     if not getattr(thread_state, "registered", False):
-        _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
-        thread_state.registered = True
+        _set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
+
+
+def _set_thread_key(key: int) -> None:
+    _core.set_thread_key(key)
+    thread_state.key = key
+    thread_state.registered = True
 
 
 @contextlib.contextmanager
@@ -96,13 +101,15 @@ def as_caller(name: str) -> Iterator[None]:
     """Count this thread's collectives inside the block as caller ``name``'s in the
     consistency check, instead of the thread's own (its name). For frameworks that run a
     program's collectives on pool threads whose names differ between ranks (TensorFlow's graph
-    executor): each rank's collectives under one ``name`` still pair up in order."""
-    _core.set_thread_key(zlib.crc32(f"caller:{name}".encode()))
-    thread_state.registered = True
+    executor): each rank's collectives under one ``name`` still pair up in order. Blocks
+    nest: the key in force before the block is restored after it."""
+    register_thread()
+    previous = thread_state.key
+    _set_thread_key(zlib.crc32(f"caller:{name}".encode()))
     try:
         yield
     finally:
-        _core.set_thread_key(zlib.crc32(threading.current_thread().name.encode()))
+        _set_thread_key(previous)
 
 
 def init(comm: Any = None) -> None:

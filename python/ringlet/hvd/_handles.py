@@ -10,7 +10,7 @@ import ringlet
 
 from ._negotiation import Negotiator
 from ._process_sets import member_ranks
-from ._requests import Request
+from ._requests import Key, Request
 from ._state import state
 
 __all__ = ["HandleSet", "Negotiated", "collectively", "finished_handle", "named",
@@ -22,15 +22,26 @@ class HandleSet:
 
     def __init__(self, work: Any, finish: Callable[[], Any]) -> None:
         self.work, self.finish, self.result, self.finished = work, finish, None, False
+        self.name: Key | None = None
+        """The name this handle holds (``named``) until it is synchronized."""
 
     def poll(self) -> bool:
         return self.finished or self.work.done()
 
     def synchronize(self) -> Any:
         if not self.finished:
-            self.work.wait()
-            self.result, self.finished = self.finish(), True
+            try:
+                self.work.wait()
+                self.result, self.finished = self.finish(), True
+            finally:
+                self.release_name()
         return self.result
+
+    def release_name(self) -> None:
+        """Free this handle's name for the next operation (``named``)."""
+        if self.name is not None and state.in_flight.get(self.name) is self:
+            del state.in_flight[self.name]
+        self.name = None
 
     def timing(self) -> tuple[float, float] | None:
         """As ``ringlet.Handle.timing``, for the collectives behind this handle."""
@@ -56,10 +67,13 @@ class Negotiated(HandleSet):
 
     def synchronize(self) -> Any:
         if not self.finished:
-            value = self.negotiator.wait(self.request)
-            work = self.request.work
-            self.result = work.synchronize() if work is not None else value
-            self.finished = True
+            try:
+                value = self.negotiator.wait(self.request)
+                work = self.request.work
+                self.result = work.synchronize() if work is not None else value
+                self.finished = True
+            finally:
+                self.release_name()
         return self.result
 
     def timing(self) -> tuple[float, float] | None:
@@ -82,7 +96,11 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
           signature: tuple[Any, ...] = (), process_set: Any = None,
           payload: Any = None, detail: str | None = None, inline: bool = False) -> HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
-    flight on this rank: then ValueError (Horovod's words) before anything is sent.
+    flight on this rank: then ValueError (Horovod's words) before anything is sent. A name is
+    in flight until its handle is synchronized (successfully or not), not merely until its
+    operation has finished: an operation may finish before its caller's next line, and
+    whether a name were refused would then depend on timing (Horovod's duplicate-name tests
+    submit one name twice in a row and expect the second to be refused on every rank).
 
     With name matching, the operation is submitted to the negotiation instead, under its name
     (unnamed: Horovod's "<collective>.noname.<n>"): ``signature`` is what every rank must pass
@@ -95,8 +113,7 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
     members = member_ranks(process_set)
     # Names are per process set, as Horovod's (a controller per set).
     key = None if name is None else (collective, str(name), members)
-    earlier = state.in_flight.get(key) if key is not None else None
-    if earlier is not None and not earlier.poll():
+    if key is not None and key in state.in_flight:
         raise ValueError(
             f"Requested to {collective} a tensor with the same name as another tensor that is "
             "currently being processed.  If you want to request another tensor, use a "
@@ -118,6 +135,7 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
         handle = Negotiated(state.negotiator, request)
     if key is not None:
         state.in_flight[key] = handle
+        handle.name = key
     return handle
 
 

@@ -3,10 +3,12 @@
 With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet.hvd`` is a
 ``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
 names ("allreduce.noname.<n>", counted per collective and set on each rank). A background
-thread, the same on every rank, runs cycles (every ``RINGLET_HVD_CYCLE_TIME`` ms; submitting
-does not wake it, as Horovod's does not): in each, the ranks agree which requests every member
-of their process set has submitted, and those run, in an order every rank computes alike,
-fused where they can be. A request still waiting for a rank waits; it does not hold up the others.
+thread, the same on every rank, runs cycles (at once when something is submitted, and every
+``RINGLET_HVD_CYCLE_TIME`` ms while anything waits): in each, the ranks agree which requests
+every member of their process set has submitted, and those run, in an order every rank
+computes alike, fused where they can be. A request still waiting for a rank waits; it does
+not hold up the others. A caller that waits for its request runs the cycles itself while no
+other thread of its rank runs one: no hand-off to the thread and back.
 
 A cycle is designed after Horovod's controller and response cache (controller.cc,
 response_cache.cc), written anew over ringlet's public API, on a communicator of its own (a
@@ -125,6 +127,11 @@ class Negotiator:
         self.comm = ringlet.add_process_set(self.everyone)
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._cycling = threading.Lock()
+        """Held by the thread that runs this rank's cycle: the negotiation thread, or a caller
+        waiting for its request (``wait``), which then needs no hand-off to the thread and back."""
+        self._in_cycle = threading.local()
+        self._stopped = False
         self._local: dict[Key, Request] = {}
         """This rank's requests that have not run."""
         self._unannounced: list[Request] = []
@@ -156,9 +163,10 @@ class Negotiator:
             cached = self._cache.get(request.key)
             if cached is None or cached[1] != request.signature:
                 self._unannounced.append(request)
-        # No wake-up: it waits for the next cycle, as Horovod's do. An operation that ran
-        # before its caller's next line would let the same name through twice (Horovod's
-        # duplicate-name tests submit it twice in a row and expect the second to be refused).
+        # At once: its name stays taken until its handle is synchronized (``_handles.named``),
+        # so an operation that finishes before its caller's next line lets no name through
+        # twice.
+        self._wake.set()
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -172,11 +180,20 @@ class Negotiator:
         return int(self.wait(request))
 
     def wait(self, request: Request) -> Any:
-        """Until ``request`` has run (or negotiation has stopped); its value."""
-        while not request.ran.wait(0.05):
-            if not self._thread.is_alive() and not request.ran.is_set():
+        """Until ``request`` has run (or negotiation has stopped); its value. The caller runs
+        the cycles itself while no other thread of this rank runs one (an ``inline`` request
+        is the exception: its caller runs it between two cycles)."""
+        while not request.ran.is_set():
+            if not request.inline and not self._stopped and \
+                    self._cycling.acquire(blocking=False):
+                try:
+                    if not request.ran.is_set():
+                        self._run_cycle()
+                finally:
+                    self._cycling.release()
+            elif not request.ran.wait(0.05) and self._stopped:
                 raise self.failure or ringlet.RingletError(
-                    "ringlet.hvd's negotiation thread has stopped")
+                    "ringlet.hvd's negotiation has stopped")
         if request.error is not None:
             raise request.error
         return request.value
@@ -184,7 +201,7 @@ class Negotiator:
     def stop(self) -> None:
         """Stop negotiating on every rank (each rank calls it; ``hvd.shutdown`` and the end of
         the program do). Requests that have not run raise on every rank."""
-        if not self._thread.is_alive():
+        if self._stopped or not self._thread.is_alive():
             return
         with self._lock:
             self._shutting_down = True
@@ -193,25 +210,46 @@ class Negotiator:
             self._thread.join()
 
     def is_negotiation_thread(self) -> bool:
-        return threading.current_thread() is self._thread
+        """Whether this thread is running a cycle (the negotiation thread's, or a caller's)."""
+        return getattr(self._in_cycle, "active", False)
 
     # ---- the cycle -----------------------------------------------------------------------
     def _loop(self) -> None:
+        while not self._stopped:
+            idle = self._idle_since is not None and \
+                time.monotonic() - self._idle_since > _IDLE_AFTER
+            woken = self._wake.wait(self.idle_cycle_time if idle else self.cycle_time)
+            self._wake.clear()
+            with self._cycling:
+                # Woken by a submission that a waiting caller's cycle has run meanwhile:
+                # nothing to do. The timed cycles always run: other ranks' wait for them.
+                if not self._stopped and not (woken and not self._pending()):
+                    self._run_cycle()
+
+    def _pending(self) -> bool:
+        """Whether this rank has anything the negotiation has not run."""
+        with self._lock:
+            return bool(self._local or self._join is not None or self._shutting_down)
+
+    def _run_cycle(self) -> None:
+        """One cycle, on the thread that holds ``_cycling``. Every rank's cycles pair up in
+        order whichever of its threads runs them (as one caller in the consistency check)."""
+        self._in_cycle.active = True
         try:
-            while True:
-                idle = self._idle_since is not None and \
-                    time.monotonic() - self._idle_since > _IDLE_AFTER
-                self._wake.wait(self.idle_cycle_time if idle else self.cycle_time)
-                self._wake.clear()
-                if not self._cycle():
-                    break
+            with ringlet.as_caller("ringlet.hvd negotiation"):
+                going_on = self._cycle()
         except BaseException as exc:  # every waiting request must learn it
+            self._stopped = True
             self._fail(exc if isinstance(exc, ringlet.RingletError) else ringlet.RingletError(
                 f"ringlet.hvd's negotiation failed on rank {self.rank}: {exc!r}"))
             return
-        self._fail(ringlet.RingletError(
-            "ringlet.hvd was shut down (hvd.shutdown() or the end of the program on some rank) "
-            "before every rank had submitted this operation"))
+        finally:
+            self._in_cycle.active = False
+        if not going_on:
+            self._stopped = True
+            self._fail(ringlet.RingletError(
+                "ringlet.hvd was shut down (hvd.shutdown() or the end of the program on some "
+                "rank) before every rank had submitted this operation"))
 
     def _fail(self, error: BaseException) -> None:
         with self._lock:

@@ -4,6 +4,7 @@ The sets are the even and the odd ranks, as in Horovod's own tests."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -216,6 +217,20 @@ def test_a_name_still_in_flight_is_refused_locally_before_anything_is_sent() -> 
     other = hvd.broadcast_async(x, 0, name="dup")  # another collective, another namespace
     torch.testing.assert_close(hvd.synchronize(again), torch.full((5,), float(size)))
     torch.testing.assert_close(hvd.synchronize(other), x)
+
+
+def test_a_name_is_taken_until_its_handle_is_synchronized_not_until_it_finishes() -> None:
+    """Whether a name is refused does not depend on how fast its operation ran: it is free
+    again once its handle is synchronized (every rank refuses alike, so they stay in step)."""
+    x, size = torch.ones(3), hvd.size()
+    first = hvd.allreduce_async(x, name="held", op=hvd.Sum)
+    while not hvd.poll(first):  # finished on this rank, not yet synchronized
+        time.sleep(0.001)
+    with pytest.raises(ValueError, match="same name as another tensor that is currently"):
+        hvd.allreduce_async(x, name="held", op=hvd.Sum)
+    torch.testing.assert_close(hvd.synchronize(first), torch.full((3,), float(size)))
+    torch.testing.assert_close(hvd.allreduce(x, name="held", op=hvd.Sum),
+                               torch.full((3,), float(size)))
 
 
 def test_init_adds_sets_given_by_ranks_or_by_the_parts_of_a_communicator() -> None:

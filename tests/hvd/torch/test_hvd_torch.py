@@ -153,6 +153,28 @@ def test_backward_passes_per_step_accumulates_locally(rank, size):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_load_state_dict_forgets_the_gradients_in_flight_and_frees_their_names(rank, size):
+    """As Horovod's: loading a state drops the buckets that backward launched (waiting for
+    them, which frees their names), so that the next backward and step run as usual."""
+    model = _model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    saved = copy.deepcopy(optimizer.state_dict())
+    model(torch.ones(2, 10)).sum().backward()  # launches every bucket under its name
+    optimizer.load_state_dict(saved)
+    optimizer.zero_grad()  # allowed now: nothing is in flight any more
+    before = copy.deepcopy(model)
+    model(torch.full((2, 10), float(rank + 1))).sum().backward()
+    optimizer.step()  # the same bucket names again
+    expected = [torch.zeros_like(p) for p in before.parameters()]
+    for r in range(size):  # every rank's gradient at the same weights, averaged
+        before.zero_grad()
+        before(torch.full((2, 10), float(r + 1))).sum().backward()
+        for e, p in zip(expected, before.parameters()):
+            e += p.grad / size
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, e)
+
+
 def test_misuse_raises_as_horovod_does(size):
     model = _model()
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))

@@ -236,7 +236,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return result
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load as the wrapped optimizer does, and forget gradients in flight (as Horovod)."""
+        """Load as the wrapped optimizer does, and forget the gradients in flight (as Horovod).
+        They are waited for first: they write into the gradients' memory, and their names stay
+        taken until they are synchronized."""
+        for handle in self._handles.values():
+            handle.synchronize()
         self._handles.clear()
         self._ready = [set() for _ in self._buckets]
         self._countdown = dict.fromkeys(self._countdown, self._passes)
