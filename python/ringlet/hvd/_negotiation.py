@@ -191,6 +191,8 @@ class Negotiator:
                         self._run_cycle()
                 finally:
                     self._cycling.release()
+                if request.ran.is_set() and self._pending():
+                    self._wake.set()  # the thread skipped a wake-up while this ran cycles
             elif not request.ran.wait(0.05) and self._stopped:
                 raise self.failure or ringlet.RingletError(
                     "ringlet.hvd's negotiation has stopped")
@@ -220,11 +222,16 @@ class Negotiator:
                 time.monotonic() - self._idle_since > _IDLE_AFTER
             woken = self._wake.wait(self.idle_cycle_time if idle else self.cycle_time)
             self._wake.clear()
-            with self._cycling:
-                # Woken by a submission that a waiting caller's cycle has run meanwhile:
-                # nothing to do. The timed cycles always run: other ranks' wait for them.
+            # Woken by a submission while a caller runs cycles: that caller wakes it again if
+            # anything is left when it stops. The timed cycles always run: other ranks' wait
+            # for them.
+            if not self._cycling.acquire(blocking=not woken):
+                continue
+            try:
                 if not self._stopped and not (woken and not self._pending()):
                     self._run_cycle()
+            finally:
+                self._cycling.release()
 
     def _pending(self) -> bool:
         """Whether this rank has anything the negotiation has not run."""
