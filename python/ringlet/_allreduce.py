@@ -32,8 +32,9 @@ def allreduce(
     """
     if not getattr(thread_state, "registered", False):
         register_thread()
-    if process_set is None:
-        result = _core.allreduce_fast(x, op, out, algorithm)
+    if process_set is None or type(process_set) is ProcessSet:
+        set_id = 0 if process_set is None else process_set.id
+        result = _core.allreduce_fast(x, op, out, algorithm, set_id)
         if result is not None:
             return result
     return _allreduce_checked(x, op, out, algorithm, process_set)

@@ -304,7 +304,7 @@ def settings(
 ) -> dict[str, int | bool]: ...
 def use_calibrated_message_limit(limit: int) -> dict[str, int | bool]: ...
 def allreduce_fast(
-    x: object, op: object, out: object | None, algorithm: object
+    x: object, op: object, out: object | None, algorithm: object, process_set: int = 0
 ) -> npt.NDArray[Any] | None:
     """The common call in Rust; None means the Python layer must take it."""
 

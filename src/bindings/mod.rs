@@ -195,15 +195,19 @@ fn wait_policy(spin_us: Option<u64>, max_sleep_us: Option<u64>) -> (u64, u64) {
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
 /// `out` None, `x` itself (C-contiguous, aligned, writeable) or a copy made here, ringlet
-/// initialized, and for "auto" the cost model installed. Returns the result, or None to let the Python layer take
-/// the call (it validates everything and explains what is wrong).
+/// initialized, and for "auto" the cost model installed. Returns the result, or None to let
+/// the Python layer take the call (it validates everything and explains what is wrong). On a
+/// process set this rank is not in, or one that is gone, the core refuses it before sending
+/// anything, in the words the Python layer would use.
 #[pyfunction]
+#[pyo3(signature = (x, op, out, algorithm, process_set = WORLD))]
 fn allreduce_fast<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     op: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
     algorithm: &Bound<'py, PyAny>,
+    process_set: SetId,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let (Ok(array), Ok(op), Ok(algorithm)) = (
         x.cast::<PyUntypedArray>(),
@@ -235,7 +239,7 @@ fn allreduce_fast<'py>(
     };
     let shape = target.shape();
     detached(py, || {
-        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, WORLD)
+        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, process_set)
     })?;
     Ok(Some(target.into_any()))
 }
