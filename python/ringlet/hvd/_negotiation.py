@@ -311,7 +311,7 @@ class Negotiator:
         with self._lock:
             vector, announcements = self._vector()
         announced = {key for key, _, _ in announcements}
-        agreed = ringlet.allreduce(vector, "min", process_set=self.comm)
+        agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
         self.cycles += 1
         if agreed[_WAITING] != 0:
             self._idle_since = None
@@ -324,8 +324,9 @@ class Negotiator:
         with self._lock:
             # Names every member marked, in their slots' order, then names whose last member
             # announced them, in the order they were first announced.
-            ready = [key for slot, key in enumerate(self._slots)
-                     if key is not None and agreed[_FLAGS + slot] == 1]
+            slots = self._slots
+            ready = [key for key in (slots[i] for i in np.flatnonzero(agreed[_FLAGS:] == 1))
+                     if key is not None]
             for rank, theirs in enumerate(everyone):
                 for key, signature, detail in theirs:
                     if key == _JOIN_KEY:
