@@ -72,8 +72,6 @@ the 3% the project allows for a default (benchmarks/RESULTS.md, "Name matching")
 
 _FLAGS = 4  # announce, shut down, stall query, waiting
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
-_IDLE_AFTER = 0.1
-"""Seconds without anything waiting on any rank before cycles slow to the idle cycle time."""
 _JOIN_KEY: Key = ("join", "join", ())
 """join's key (it involves every rank, whatever they have joined to; it has no signature)."""
 
@@ -114,9 +112,10 @@ class Negotiator:
         self._run_fused = run_fused
         self.cycle_time = _seconds("RINGLET_HVD_CYCLE_TIME", 1.0) / 1000
         self.idle_cycle_time = _seconds("RINGLET_HVD_IDLE_CYCLE_TIME", 10.0) / 1000
-        self._idle_since: float | None = None
-        """Since when no rank has had anything waiting: after 0.1 s of that, cycles come at
-        the idle cycle time (the first operation after a pause waits for one of them)."""
+        self._idle = False
+        """Whether no rank had anything waiting at the last cycle: cycles then come at the
+        idle cycle time (a submission wakes its rank at once all the same, and every rank
+        submits what the others wait for)."""
         self.stall_seconds = stall_warning_from_environment()
         """RINGLET_STALL_WARNING, the core's: after how long a waiting request is reported
         (None: never)."""
@@ -218,9 +217,7 @@ class Negotiator:
     # ---- the cycle -----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopped:
-            idle = self._idle_since is not None and \
-                time.monotonic() - self._idle_since > _IDLE_AFTER
-            woken = self._wake.wait(self.idle_cycle_time if idle else self.cycle_time)
+            woken = self._wake.wait(self.idle_cycle_time if self._idle else self.cycle_time)
             self._wake.clear()
             # Woken by a submission while a caller runs cycles: that caller wakes it again if
             # anything is left when it stops. The timed cycles always run: other ranks' wait
@@ -313,10 +310,7 @@ class Negotiator:
         announced = {key for key, _, _ in announcements}
         agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
         self.cycles += 1
-        if agreed[_WAITING] != 0:
-            self._idle_since = None
-        elif self._idle_since is None:
-            self._idle_since = time.monotonic()
+        self._idle = agreed[_WAITING] == 0
         everyone = ringlet.allgather_object(announcements, process_set=self.comm) \
             if agreed[_ANNOUNCE] < 0 else []
         if agreed[_STALL] < 0:
