@@ -4,37 +4,7 @@
 
 use crate::error::{CoreError, Result};
 use crate::transport::environment;
-pub use crate::transport::environment::{built_with, library_version};
-
-/// The two ABI families an MPI library belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    OpenMpi,
-    /// MPICH and its derivatives (Intel MPI, MVAPICH, Cray MPICH).
-    Mpich,
-}
-
-impl Family {
-    pub fn of(description: &str) -> Option<Family> {
-        if description.contains("Open MPI") {
-            Some(Family::OpenMpi)
-        } else if ["MPICH", "MVAPICH", "Intel(R) MPI"]
-            .iter()
-            .any(|name| description.contains(name))
-        {
-            Some(Family::Mpich)
-        } else {
-            None
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Family::OpenMpi => "Open MPI",
-            Family::Mpich => "MPICH",
-        }
-    }
-}
+pub use crate::transport::environment::{built_with, library_version, Family};
 
 const REBUILD: &str = "With ringlet's wheel, point it at the launcher's MPI \
                        (RINGLET_LIBMPI=/path/to/that/libmpi.so.N; `python -m ringlet.info` says \

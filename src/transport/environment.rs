@@ -43,6 +43,36 @@ impl ThreadLevel {
     }
 }
 
+/// The two ABI families an MPI library belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    OpenMpi,
+    /// MPICH and its derivatives (Intel MPI, MVAPICH, Cray MPICH).
+    Mpich,
+}
+
+impl Family {
+    pub fn of(description: &str) -> Option<Family> {
+        if description.contains("Open MPI") {
+            Some(Family::OpenMpi)
+        } else if ["MPICH", "MVAPICH", "Intel(R) MPI"]
+            .iter()
+            .any(|name| description.contains(name))
+        {
+            Some(Family::Mpich)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::OpenMpi => "Open MPI",
+            Family::Mpich => "MPICH",
+        }
+    }
+}
+
 /// MPI as ringlet started it; dropping it calls MPI_Finalize.
 pub struct StartedMpi {
     universe: Universe,

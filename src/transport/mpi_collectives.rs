@@ -1,6 +1,7 @@
 //! The MPI transport's [`LibraryCollectives`]: MPI_Allreduce and MPI_Reduce in place on its
 //! communicator.
 
+use super::environment::{library_version, Family};
 use super::library::{LibraryCollectives, LibraryElement, LibraryOp};
 use super::mpi::MpiTransport;
 use super::mpi_call::{check, in_place};
@@ -9,6 +10,7 @@ use crate::error::{CoreError, Result};
 use mpi::ffi;
 use std::ffi::c_int;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 fn datatype(element: LibraryElement) -> ffi::MPI_Datatype {
     // SAFETY: reading MPI's predefined handles, which are constants after initialization.
@@ -32,6 +34,17 @@ fn operation(op: LibraryOp) -> ffi::MPI_Op {
             LibraryOp::Max => ffi::RSMPI_MAX,
         }
     }
+}
+
+/// Whether MPI_Reduce with MPI_IN_PLACE at a root other than 0 may crash: MPICH 4.0.2 to 4.1.1
+/// read the root's input from the MPI_IN_PLACE address when the ranks share a node
+/// (pmodels/mpich#6540, fixed in 4.1.2; seen here with Debian's 4.0.2). Derivatives do not say
+/// which MPICH they carry, so every library of the family gets the root's input from a copy.
+fn in_place_reduce_off_zero_crashes() -> bool {
+    static CRASHES: OnceLock<bool> = OnceLock::new();
+    *CRASHES.get_or_init(|| {
+        library_version().map_or(true, |text| Family::of(&text) == Some(Family::Mpich))
+    })
 }
 
 impl MpiTransport {
@@ -89,14 +102,27 @@ impl LibraryCollectives for MpiTransport {
         let comm = self.raw()?;
         let (datatype, op) = (datatype(element), operation(op));
         let at_root = self.rank() == root;
+        let copy_at_root = at_root && root != 0 && in_place_reduce_off_zero_crashes();
         let root = root as c_int;
         for (piece, count) in self.library_messages(buf.len(), element)? {
+            let own = copy_at_root.then(|| buf[piece.clone()].to_vec());
             let data = buf[piece].as_mut_ptr();
             // SAFETY: `count` elements of `buf`, live and exclusively borrowed for the call; the
-            // root reduces in place, the others only send theirs (the receive buffer is
-            // ignored off the root).
+            // root reduces in place (or from `own`, a copy of the same elements, alive until
+            // the call returns), the others only send theirs (the receive buffer is ignored
+            // off the root).
             let code = unsafe {
-                if at_root {
+                if let Some(own) = &own {
+                    ffi::MPI_Reduce(
+                        own.as_ptr().cast(),
+                        data.cast(),
+                        count,
+                        datatype,
+                        op,
+                        root,
+                        comm,
+                    )
+                } else if at_root {
                     ffi::MPI_Reduce(in_place(), data.cast(), count, datatype, op, root, comm)
                 } else {
                     let nowhere = std::ptr::null_mut();
