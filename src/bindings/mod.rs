@@ -200,7 +200,7 @@ fn wait_policy(spin_us: Option<u64>, max_sleep_us: Option<u64>) -> (u64, u64) {
 /// process set this rank is not in, or one that is gone, the core refuses it before sending
 /// anything, in the words the Python layer would use.
 #[pyfunction]
-#[pyo3(signature = (x, op, out, algorithm, process_set = WORLD))]
+#[pyo3(signature = (x, op, out, algorithm, process_set = 0))]
 fn allreduce_fast<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
