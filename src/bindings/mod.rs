@@ -8,7 +8,7 @@ mod rows;
 mod xla;
 
 use crate::runtime::broadcast::Array;
-use crate::runtime::process::{self, Parent, SetId, WORLD};
+use crate::runtime::process::{self, Parent, SetId};
 use crate::runtime::reduce::Data;
 use crate::runtime::selection::{self, Basis};
 use crate::runtime::{self, DType, Link, Network, ReduceOp, Tiered};
