@@ -1,7 +1,8 @@
 """A rank whose MPI_Abort cannot complete ends its own process within the abort's grace (3 s,
-src/transport/mpi.rs), as when the host's launcher daemon is out of reach. Here the launcher is
-mpirun itself, stopped with SIGSTOP: Open MPI's MPI_Abort waits for its answer. Run with plain
-pytest (not under mpirun)."""
+src/transport/mpi.rs), as when the host's launcher daemon is out of reach. Here the launcher
+is stopped with SIGSTOP: mpirun and every process it started but the ranks (MPICH's Hydra has
+a proxy between them, which would otherwise end the other ranks). Open MPI's MPI_Abort waits
+for the launcher's answer. Run with plain pytest (not under mpirun)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def launcher_processes(launcher: int, ranks: set[int]) -> list[int]:
+    """``launcher`` and its descendants, but not ``ranks`` (nor theirs)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [launcher]
+    while todo:
+        pid = todo.pop()
+        if pid not in ranks:
+            found.append(pid)
+            todo += children.get(pid, [])
+    return found
+
+
 def test_a_rank_whose_abort_hangs_ends_itself(tmp_path):
     script = tmp_path / "abort_job.py"
     script.write_text(textwrap.dedent(SCRIPT))
@@ -58,7 +78,8 @@ def test_a_rank_whose_abort_hangs_ends_itself(tmp_path):
             pids = {int(r): int(p) for r, p in
                     re.findall(r"rank (\d) pid (\d+)", output.read_text())}
             time.sleep(0.1)
-        os.kill(mpirun.pid, signal.SIGSTOP)  # the launcher stops answering
+        for pid in launcher_processes(mpirun.pid, set(pids.values())):
+            os.kill(pid, signal.SIGSTOP)  # the launcher stops answering
         go.touch()
         asked = time.monotonic()
         while alive(pids[1]) and time.monotonic() - asked < ABORT_GRACE + 10:
