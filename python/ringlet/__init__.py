@@ -39,6 +39,7 @@ from ._collectives import (
     reduce_scatter_async,
 )
 from ._core import MismatchError, RingletError
+from ._doorbell import Doorbell, doorbell
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._gradients import (
     DEFAULT_FUSION_THRESHOLD,
@@ -78,6 +79,7 @@ __all__ = [
     "OPS",
     "SUPPORTED_DTYPES",
     "BucketPlan",
+    "Doorbell",
     "Handle",
     "MismatchError",
     "ProcessSet",
@@ -102,6 +104,7 @@ __all__ = [
     "broadcast_object",
     "calibrate",
     "calibration",
+    "doorbell",
     "empty",
     "explain",
     "fusion_threshold_bytes",

@@ -13,6 +13,7 @@ __all__ = [
     "AutoRefinement",
     "Candidate",
     "DTypeInfo",
+    "Doorbell",
     "Explanation",
     "Group",
     "Handle",
@@ -61,6 +62,7 @@ __all__ = [
     "message_limit_options",
     "mpi_library",
     "nodes",
+    "open_doorbell",
     "ops",
     "process_sets",
     "reduce",
@@ -108,6 +110,21 @@ class ArrayHandle(Handle):
 
     def result(self) -> tuple[npt.NDArray[np.uint8], list[int]]:
         """After wait(): (the bytes, rows from each rank); once only."""
+
+@final
+class Doorbell:
+    """A doorbell over a process set's ranks (runtime/doorbell.rs)."""
+
+    def ring(self, value: int) -> None:
+        """Wake every other member's wait, telling it ``value``."""
+    def wait(self, timeout: float) -> int | None:
+        """The largest value rung since the last wait; None if interrupted or timed out."""
+    def interrupt(self) -> None:
+        """End this rank's wait now (or its next one at once)."""
+    def close(self) -> None: ...
+
+def open_doorbell(process_set: int = 0) -> Doorbell:
+    """Collective over the set's members; needs MPI_THREAD_MULTIPLE."""
 
 # Records: frozen, compared by value, fields read-only (src/bindings/rows.rs).
 

@@ -2,6 +2,7 @@
 //! back, release the GIL, call the runtime, map errors. No collective logic lives here.
 
 mod buffers;
+mod doorbell;
 mod errors;
 mod handles;
 mod rows;
@@ -41,7 +42,7 @@ fn is_initialized() -> bool {
 #[pyfunction]
 fn shutdown(py: Python<'_>) -> PyResult<()> {
     detached(py, || {
-        process::shutdown();
+        runtime::shutdown();
         Ok(())
     })
 }
@@ -50,7 +51,7 @@ fn shutdown(py: Python<'_>) -> PyResult<()> {
 /// MPI_Finalize ran.
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<bool> {
-    detached(py, || Ok(process::finalize()))
+    detached(py, || Ok(runtime::finalize()))
 }
 
 /// This rank's place in `process_set` (0: ringlet's communicator).
@@ -837,6 +838,8 @@ impl SharedBuffer {
 mod _core {
     #[pymodule_export]
     use super::buffers::register_dtype;
+    #[pymodule_export]
+    use super::doorbell::{open_doorbell, Doorbell};
     #[pymodule_export]
     use super::errors::{MismatchError, RingletError};
     #[pymodule_export]

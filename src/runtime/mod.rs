@@ -7,6 +7,8 @@
 //!
 //! - [`call`]: what a rank is about to do; [`consistency`]: agreeing on it;
 //!   [`stall`]: the stall inspector; [`communicator`]: the per-communicator state.
+//! - [`doorbell`]: not a collective: a rank wakes the others' waits (`ringlet.hvd`'s idle
+//!   negotiation).
 //! - [`process`]: MPI initialization, ringlet's communicator, finalization;
 //!   [`mpi_library`]: which MPI this is, and the checks that refuse a mixed one.
 
@@ -18,6 +20,7 @@ pub mod buffer;
 pub mod call;
 pub mod communicator;
 pub mod consistency;
+pub mod doorbell;
 pub mod grouped_allreduce;
 pub mod join;
 pub mod mpi_library;
@@ -50,6 +53,19 @@ pub use communicator::Settings;
 pub use probe::Tier;
 use process::{SetId, WORLD};
 use registered::registry;
+
+/// Close the doorbells, then free ringlet's communicator (see [`process::shutdown`]).
+pub fn shutdown() {
+    doorbell::close_all();
+    process::shutdown();
+}
+
+/// Close the doorbells, free the communicators and finalize MPI if ringlet started it (see
+/// [`process::finalize`]).
+pub fn finalize() -> bool {
+    doorbell::close_all();
+    process::finalize()
+}
 
 /// Wait until every rank has called it (after any queued work).
 pub fn barrier(set: SetId) -> Result<()> {

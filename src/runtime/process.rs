@@ -210,6 +210,38 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
     Ok(id)
 }
 
+/// A new communicator over the ranks of process set `set` (ringlet's own for [`WORLD`]), for
+/// traffic of its own (a doorbell's). Collective over the set's members.
+pub fn duplicate(set: SetId) -> Result<MpiTransport> {
+    let state = state();
+    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
+    let communicator = if set == WORLD {
+        world
+    } else {
+        state.sets.get(&set).ok_or_else(|| {
+            CoreError::InvalidArgument(match state.set_ranks.get(&set) {
+                Some(ranks) => format!(
+                    "rank {} is not in process set {set} (ranks {ranks:?}); only its members may \
+                     use it",
+                    world.rank()
+                ),
+                None => {
+                    format!("process set {set} does not exist (it was removed, or never added)")
+                }
+            })
+        })?
+    };
+    communicator
+        .transport()
+        .split(true)?
+        .ok_or_else(|| CoreError::Communication("MPI_Comm_split left this rank out".into()))
+}
+
+/// The thread level MPI granted (single before `init`).
+pub fn thread_level() -> ThreadLevel {
+    state().threading
+}
+
 /// Free process set `set`'s communicator; false if there is no such set (the world cannot be
 /// removed). Local: no message is sent.
 pub fn remove_process_set(set: SetId) -> bool {
