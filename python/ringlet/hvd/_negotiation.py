@@ -4,11 +4,18 @@ With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet
 ``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
 names ("allreduce.noname.<n>", counted per collective and set on each rank). A background
 thread, the same on every rank, runs cycles (at once when something is submitted, and every
-``RINGLET_HVD_CYCLE_TIME`` ms while anything waits): in each, the ranks agree which requests
-every member of their process set has submitted, and those run, in an order every rank
-computes alike, fused where they can be. A request still waiting for a rank waits; it does
-not hold up the others. A caller that waits for its request runs the cycles itself while no
+``RINGLET_HVD_CYCLE_TIME`` ms while anything waits on any rank): in each, the ranks agree
+which requests every member of their process set has submitted, and those run, in an order
+every rank computes alike, fused where they can be. A request still waiting for a rank waits;
+it does not hold up the others. A caller that waits for its request runs the cycles itself while no
 other thread of its rank runs one: no hand-off to the thread and back.
+
+While nothing waits on any rank, no cycle runs: every rank's thread waits on a doorbell
+(``ringlet.doorbell``), taking no core and sending nothing, and the first rank that has work
+rings it before its cycle, which wakes the others into the same cycle. (Timed idle cycles,
+Horovod's way, cost every rank a collective per period, each waiting for the slowest rank's
+timer: 9-15% of a training step at 10 ms. Where MPI grants less than MPI_THREAD_MULTIPLE there
+is no doorbell, and idle cycles run every ``RINGLET_HVD_IDLE_CYCLE_TIME`` ms instead.)
 
 A cycle is designed after Horovod's controller and response cache (controller.cc,
 response_cache.cc), written anew over ringlet's public API, on a communicator of its own (a
@@ -72,6 +79,8 @@ the 3% the project allows for a default (benchmarks/RESULTS.md, "Name matching")
 
 _FLAGS = 4  # announce, shut down, stall query, waiting
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
+_BELL_POLL = 1.0
+"""Seconds an idle thread waits on the doorbell before it looks again whether it should stop."""
 _JOIN_KEY: Key = ("join", "join", ())
 """join's key (it involves every rank, whatever they have joined to; it has no signature)."""
 
@@ -113,9 +122,8 @@ class Negotiator:
         self.cycle_time = _seconds("RINGLET_HVD_CYCLE_TIME", 1.0) / 1000
         self.idle_cycle_time = _seconds("RINGLET_HVD_IDLE_CYCLE_TIME", 10.0) / 1000
         self._idle = False
-        """Whether no rank had anything waiting at the last cycle: cycles then come at the
-        idle cycle time (a submission wakes its rank at once all the same, and every rank
-        submits what the others wait for)."""
+        """Whether no rank had anything waiting at the last cycle (the same on every rank): the
+        next cycle then waits for the doorbell."""
         self.stall_seconds = stall_warning_from_environment()
         """RINGLET_STALL_WARNING, the core's: after how long a waiting request is reported
         (None: never)."""
@@ -124,6 +132,13 @@ class Negotiator:
         self.everyone = tuple(range(self.size))
         # Its own communicator: collective over ringlet's (hvd.init is called on every rank).
         self.comm = ringlet.add_process_set(self.everyone)
+        try:
+            self._bell: ringlet.Doorbell | None = ringlet.doorbell(self.comm)
+        except ringlet.RingletError:  # MPI_THREAD_MULTIPLE was not granted (on any rank alike)
+            self._bell = None
+        self._called = -1
+        """The last idle cycle after which a rank rang the doorbell, as far as this rank knows
+        (it rang, or heard it): the next cycle is on (see ``_may_cycle``)."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._cycling = threading.Lock()
@@ -165,7 +180,7 @@ class Negotiator:
         # At once: its name stays taken until its handle is synchronized (``_handles.named``),
         # so an operation that finishes before its caller's next line lets no name through
         # twice.
-        self._wake.set()
+        self._poke()
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -175,7 +190,7 @@ class Negotiator:
             if self.failure is not None:
                 raise self.failure
             self._join = request
-        self._wake.set()
+        self._poke()
         return int(self.wait(request))
 
     def wait(self, request: Request) -> Any:
@@ -187,11 +202,11 @@ class Negotiator:
                     self._cycling.acquire(blocking=False):
                 try:
                     if not request.ran.is_set():
-                        self._run_cycle()
+                        self._run_cycle(timed=False)
                 finally:
                     self._cycling.release()
                 if request.ran.is_set() and self._pending():
-                    self._wake.set()  # the thread skipped a wake-up while this ran cycles
+                    self._poke()  # the thread skipped a wake-up while this ran cycles
             elif not request.ran.wait(0.05) and self._stopped:
                 raise self.failure or ringlet.RingletError(
                     "ringlet.hvd's negotiation has stopped")
@@ -206,7 +221,7 @@ class Negotiator:
             return
         with self._lock:
             self._shutting_down = True
-        self._wake.set()
+        self._poke()
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
@@ -214,32 +229,72 @@ class Negotiator:
         """Whether this thread is running a cycle (the negotiation thread's, or a caller's)."""
         return getattr(self._in_cycle, "active", False)
 
-    # ---- the cycle -----------------------------------------------------------------------
+    # ---- the cycle ----------------------------------------------------------------------
+    def _poke(self) -> None:
+        """Wake this rank's negotiation thread, wherever it waits."""
+        self._wake.set()
+        if self._bell is not None:
+            self._bell.interrupt()
+
     def _loop(self) -> None:
         while not self._stopped:
-            woken = self._wake.wait(self.idle_cycle_time if self._idle else self.cycle_time)
+            heard = None
+            if self._idle and self._bell is not None:
+                try:
+                    heard = self._bell.wait(_BELL_POLL)
+                except ringlet.RingletError as exc:  # ringlet was shut down under it
+                    self._stopped = True
+                    self._fail(exc)
+                    return
+                if heard is not None:
+                    with self._lock:
+                        self._called = max(self._called, heard)
+                woken = True
+            else:
+                woken = self._wake.wait(self.idle_cycle_time if self._idle else self.cycle_time)
             self._wake.clear()
             # Woken by a submission while a caller runs cycles: that caller wakes it again if
-            # anything is left when it stops. The timed cycles always run: other ranks' wait
-            # for them.
-            if not self._cycling.acquire(blocking=not woken):
+            # anything is left when it stops. The timed cycles always run (other ranks wait for
+            # them), and so does a cycle another rank rang for.
+            if not self._cycling.acquire(blocking=not woken or heard is not None):
                 continue
             try:
-                if not self._stopped and not (woken and not self._pending()):
-                    self._run_cycle()
+                self._run_cycle(timed=not woken)
             finally:
                 self._cycling.release()
+        if self._bell is not None:
+            self._bell.close()
+
+    def _may_cycle(self, timed: bool) -> bool:
+        """Under ``_cycling``: whether this rank runs the next cycle now. After an idle cycle
+        that is when a rank rang the doorbell: this one rings it first if it has work."""
+        if self._stopped:
+            return False
+        if not self._idle or self._bell is None:
+            return timed or self._pending()
+        with self._lock:
+            if self._called >= self.cycles:
+                return True
+        if not self._pending():
+            return False
+        self._bell.ring(self.cycles)
+        with self._lock:
+            self._called = self.cycles
+        return True
 
     def _pending(self) -> bool:
         """Whether this rank has anything the negotiation has not run."""
         with self._lock:
             return bool(self._local or self._join is not None or self._shutting_down)
 
-    def _run_cycle(self) -> None:
-        """One cycle, on the thread that holds ``_cycling``. Every rank's cycles pair up in
-        order whichever of its threads runs them (as one caller in the consistency check)."""
+    def _run_cycle(self, timed: bool) -> None:
+        """One cycle if it is due (``_may_cycle``), on the thread that holds ``_cycling``. Every
+        rank's cycles pair up in order whichever of its threads runs them (as one caller in the
+        consistency check)."""
         self._in_cycle.active = True
         try:
+            if not self._may_cycle(timed):
+                return
             with ringlet.as_caller("ringlet.hvd negotiation"):
                 going_on = self._cycle()
         except BaseException as exc:  # every waiting request must learn it
@@ -310,7 +365,11 @@ class Negotiator:
         announced = {key for key, _, _ in announcements}
         agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
         self.cycles += 1
-        self._idle = agreed[_WAITING] == 0
+        was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0)
+        if was_idle and not self._idle and self._bell is not None:
+            # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
+            # caller ran this cycle) for them.
+            self._bell.interrupt()
         everyone = ringlet.allgather_object(announcements, process_set=self.comm) \
             if agreed[_ANNOUNCE] < 0 else []
         if agreed[_STALL] < 0:

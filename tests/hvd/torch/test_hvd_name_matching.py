@@ -193,6 +193,34 @@ def test_many_small_ops_are_fused_and_every_dtype_is_exact(rank: int, size: int)
     assert state.negotiator is not None and state.negotiator.cycles - before < 64
 
 
+def test_an_idle_negotiation_runs_no_cycle_until_a_rank_has_work(rank: int, size: int) -> None:
+    """While nothing waits, no cycle runs on any rank; an operation of rank 0 alone (a process
+    set of one) wakes the others' negotiation threads (the doorbell), though they have nothing
+    to do and no caller of theirs runs a cycle."""
+    negotiator = state.negotiator
+    assert negotiator is not None
+    assert negotiator._bell is not None, "this MPI granted no MPI_THREAD_MULTIPLE"
+    alone = hvd.add_process_set([0]) if size > 1 else hvd.global_process_set
+    try:
+        assert hvd.allreduce(np.ones(3, np.float32), name="before", op=hvd.Sum)[0] == size
+        time.sleep(0.1)  # the last cycles end
+        before = negotiator.cycles
+        time.sleep(0.5)
+        assert negotiator.cycles == before, "cycles ran while nothing waited"
+        if rank == 0:
+            out = hvd.allreduce(np.full(3, 7.0, np.float32), name="alone", op=hvd.Sum,
+                                process_set=alone)
+            np.testing.assert_array_equal(out, np.full(3, 7.0, np.float32))
+        else:
+            deadline = time.monotonic() + 60
+            while negotiator.cycles == before and time.monotonic() < deadline:
+                time.sleep(0.01)  # this rank's thread takes part in rank 0's cycles
+            assert negotiator.cycles > before, "rank 0's ring did not wake this rank"
+    finally:
+        hvd.barrier()
+        assert size == 1 or hvd.remove_process_set(alone)
+
+
 def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     restart_matching(monkeypatch, "RINGLET_HVD_CACHE_CAPACITY", "3")
