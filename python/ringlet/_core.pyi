@@ -117,7 +117,7 @@ class Doorbell:
 
     def ring(self, value: int) -> None:
         """Wake every other member's wait, telling it ``value``."""
-    def wait(self, timeout: float) -> int | None:
+    def wait(self, timeout: float, longest_pause: float = 0.001) -> int | None:
         """The largest value rung since the last wait; None if interrupted or timed out."""
     def interrupt(self) -> None:
         """End this rank's wait now (or its next one at once)."""

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 /// A doorbell over a process set's ranks: `ring(value)` wakes every other member's `wait`;
 /// `wait(timeout)` returns the largest value rung since the last wait, or None when
-/// interrupted (`interrupt()`, from another thread of this rank) or after `timeout` seconds.
+/// interrupted (`interrupt()`, from another thread of this rank) or after `timeout` seconds;
+/// it polls, pausing up to `longest_pause` seconds between polls.
 #[pyclass(frozen, module = "ringlet._core")]
 pub struct Doorbell {
     inner: Arc<Core>,
@@ -23,14 +24,12 @@ impl Doorbell {
         detached(py, move || inner.ring(value))
     }
 
-    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<u64>> {
-        let limit = Duration::try_from_secs_f64(timeout).map_err(|_| {
-            PyValueError::new_err(format!(
-                "timeout={timeout}: a number of seconds, at least 0, is accepted"
-            ))
-        })?;
+    #[pyo3(signature = (timeout, longest_pause = 0.001))]
+    fn wait(&self, py: Python<'_>, timeout: f64, longest_pause: f64) -> PyResult<Option<u64>> {
+        let limit = seconds("timeout", timeout)?;
+        let pause = seconds("longest_pause", longest_pause)?;
         let inner = self.inner.clone();
-        detached(py, move || inner.wait(limit))
+        detached(py, move || inner.wait(limit, pause))
     }
 
     fn interrupt(&self) {
@@ -40,6 +39,14 @@ impl Doorbell {
     fn close(&self) {
         self.inner.close();
     }
+}
+
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name}={value}: a number of seconds, at least 0, is accepted"
+        ))
+    })
 }
 
 /// Open a doorbell over `process_set` (collective over its members; needs

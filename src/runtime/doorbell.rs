@@ -6,8 +6,8 @@
 //! Why it exists: a background coordinator (`ringlet.hvd`'s negotiation) that has nothing to
 //! do should send nothing and take no core, yet start at once when any rank has work. Timed
 //! idle rounds cost every rank a collective per period, each waiting for the slowest rank's
-//! timer; with a doorbell, an idle rank waits here (polling, with pauses that grow to
-//! [`LONGEST_PAUSE`]) until a rank that has work rings.
+//! timer; with a doorbell, an idle rank waits here (polling, with pauses that grow to the
+//! caller's longest pause) until a rank that has work rings.
 //!
 //! A doorbell travels on a communicator of its own (a duplicate of the set's), so rings never
 //! meet a collective's messages and need none of the locks a collective holds: ringing and
@@ -26,9 +26,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// The longest pause between two polls of a wait: how late a ring may be heard, and (its
-/// inverse) how many polls a second an idle rank makes.
-pub const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
 /// A ring's first word ("ring" in ASCII): the doorbell's communicator carries nothing else, so
 /// this only guards against a stray notice.
@@ -82,16 +79,18 @@ impl<T: Transport + Send> Doorbell<T> {
 
     /// Until a ring arrives (the largest value among those that have arrived since the last
     /// wait), this doorbell is interrupted, or `limit` has passed (both `None`). An interrupt
-    /// that came before the wait ends it at once.
-    pub fn wait(&self, limit: Duration) -> Result<Option<u64>> {
+    /// that came before the wait ends it at once. Between polls it pauses, each pause twice the
+    /// last up to `longest_pause`: how late a ring may be heard, and (its inverse) how many
+    /// polls a second a long wait makes.
+    pub fn wait(&self, limit: Duration, longest_pause: Duration) -> Result<Option<u64>> {
         *locked(&self.waiter) = Some(std::thread::current());
-        let outcome = self.poll_until(Instant::now() + limit);
+        let outcome = self.poll_until(Instant::now() + limit, longest_pause);
         *locked(&self.waiter) = None;
         outcome
     }
 
-    fn poll_until(&self, deadline: Instant) -> Result<Option<u64>> {
-        let mut pause = FIRST_PAUSE;
+    fn poll_until(&self, deadline: Instant, longest_pause: Duration) -> Result<Option<u64>> {
+        let mut pause = FIRST_PAUSE.min(longest_pause);
         loop {
             let notices = locked(&self.transport)
                 .as_ref()
@@ -110,7 +109,7 @@ impl<T: Transport + Send> Doorbell<T> {
             }
             // Parked, not asleep: `interrupt` unparks it at once.
             std::thread::park_timeout(pause.min(deadline - now));
-            pause = (pause * 2).min(LONGEST_PAUSE);
+            pause = (pause * 2).min(longest_pause);
         }
     }
 
@@ -180,6 +179,8 @@ mod tests {
     use super::*;
     use crate::transport::local::LocalTransport;
 
+    const PAUSE: Duration = Duration::from_millis(1);
+
     fn pair() -> (Arc<Doorbell<LocalTransport>>, Arc<Doorbell<LocalTransport>>) {
         let mut group = LocalTransport::group(2).into_iter();
         let (first, second) = (group.next(), group.next());
@@ -195,7 +196,7 @@ mod tests {
     #[test]
     fn a_ring_ends_the_other_ranks_wait_with_the_largest_value() {
         let (zero, one) = pair();
-        let waiter = std::thread::spawn(move || one.wait(Duration::from_secs(10)));
+        let waiter = std::thread::spawn(move || one.wait(Duration::from_secs(10), PAUSE));
         std::thread::sleep(Duration::from_millis(20));
         zero.ring(3).expect("ring");
         assert_eq!(waiter.join().expect("waiter").expect("wait"), Some(3));
@@ -204,11 +205,20 @@ mod tests {
         zero.ring(4).expect("ring");
         zero.ring(9).expect("ring");
         zero.ring(7).expect("ring");
-        assert_eq!(one.wait(Duration::from_secs(10)).expect("wait"), Some(9));
+        assert_eq!(
+            one.wait(Duration::from_secs(10), PAUSE).expect("wait"),
+            Some(9)
+        );
         // The rings were taken: the next wait hears none.
-        assert_eq!(one.wait(Duration::from_millis(5)).expect("wait"), None);
+        assert_eq!(
+            one.wait(Duration::from_millis(5), PAUSE).expect("wait"),
+            None
+        );
         // A rank does not hear its own ring.
-        assert_eq!(zero.wait(Duration::from_millis(5)).expect("wait"), None);
+        assert_eq!(
+            zero.wait(Duration::from_millis(5), PAUSE).expect("wait"),
+            None
+        );
     }
 
     #[test]
@@ -216,7 +226,7 @@ mod tests {
         let (_zero, one) = pair();
         let waiting = one.clone();
         let started = Instant::now();
-        let waiter = std::thread::spawn(move || waiting.wait(Duration::from_secs(30)));
+        let waiter = std::thread::spawn(move || waiting.wait(Duration::from_secs(30), PAUSE));
         std::thread::sleep(Duration::from_millis(20));
         one.interrupt();
         assert_eq!(waiter.join().expect("waiter").expect("wait"), None);
@@ -224,7 +234,10 @@ mod tests {
 
         one.interrupt();
         let started = Instant::now();
-        assert_eq!(one.wait(Duration::from_secs(30)).expect("wait"), None);
+        assert_eq!(
+            one.wait(Duration::from_secs(30), PAUSE).expect("wait"),
+            None
+        );
         assert!(started.elapsed() < Duration::from_secs(20));
     }
 
@@ -232,11 +245,14 @@ mod tests {
     fn a_wait_ends_at_its_limit_and_a_closed_doorbell_refuses() {
         let (zero, one) = pair();
         let started = Instant::now();
-        assert_eq!(one.wait(Duration::from_millis(30)).expect("wait"), None);
+        assert_eq!(
+            one.wait(Duration::from_millis(30), PAUSE).expect("wait"),
+            None
+        );
         assert!(started.elapsed() >= Duration::from_millis(30));
 
         one.close();
-        let error = one.wait(Duration::from_secs(1)).expect_err("closed");
+        let error = one.wait(Duration::from_secs(1), PAUSE).expect_err("closed");
         assert!(error.to_string().contains("closed"), "{error}");
         assert!(one.ring(1).is_err());
         assert!(

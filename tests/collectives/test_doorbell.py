@@ -18,11 +18,11 @@ def in_step() -> bool:
     return bool(ringlet.allreduce(np.ones(2), "sum")[0] == ringlet.size())
 
 
-def heard_until(bell: ringlet.Doorbell, last: int) -> list[int]:
+def heard_until(bell: ringlet.Doorbell, last: int, pause: float = 0.001) -> list[int]:
     """What the waits return until ``last`` (rings may arrive one wait apart)."""
     heard: list[int] = []
     while not heard or heard[-1] != last:
-        value = bell.wait(60.0)
+        value = bell.wait(60.0, longest_pause=pause)
         assert value is not None, f"a wait ended without the ring {last} (heard {heard})"
         heard.append(value)
     return heard
@@ -39,7 +39,7 @@ def test_a_ring_wakes_every_other_member_with_the_largest_value() -> None:
                     bell.ring(value)
             ringlet.barrier()
             if me != ringer:
-                heard = heard_until(bell, max(rung))
+                heard = heard_until(bell, max(rung), pause=0.05 if ringer % 2 else 0.001)
                 assert set(heard) <= set(rung) and heard == sorted(heard), heard
             # Every ring was taken (and a rank never hears its own): the next wait hears none.
             assert bell.wait(0.05) is None
@@ -93,9 +93,15 @@ def test_a_wait_ends_at_its_timeout_or_when_interrupted() -> None:
         assert bell.wait(120.0) is None
         assert time.monotonic() - started < 60
 
+        started = time.monotonic()  # with long pauses between polls: still the timeout
+        assert bell.wait(0.1, longest_pause=0.05) is None
+        assert time.monotonic() - started >= 0.1
+
         for bad in (-1.0, float("nan"), float("inf")):
             with pytest.raises(ValueError, match="timeout"):
                 bell.wait(bad)
+            with pytest.raises(ValueError, match="longest_pause"):
+                bell.wait(1.0, longest_pause=bad)
     finally:
         bell.close()
     assert in_step()
