@@ -81,7 +81,8 @@ impl<T: Transport + Send> Doorbell<T> {
     /// wait), this doorbell is interrupted, or `limit` has passed (both `None`). An interrupt
     /// that came before the wait ends it at once. Between polls it pauses, each pause twice the
     /// last up to `longest_pause`: how late a ring may be heard, and (its inverse) how many
-    /// polls a second a long wait makes.
+    /// polls a second a long wait makes. One thread waits at a time: an interrupt wakes the
+    /// thread that began waiting last.
     pub fn wait(&self, limit: Duration, longest_pause: Duration) -> Result<Option<u64>> {
         *locked(&self.waiter) = Some(std::thread::current());
         let outcome = self.poll_until(Instant::now() + limit, longest_pause);

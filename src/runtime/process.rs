@@ -138,44 +138,27 @@ pub fn is_initialized() -> bool {
 /// Run `f` with the communicator of process set `set`; calls from several threads are
 /// serialized here.
 pub fn with_communicator<R>(set: SetId, f: impl FnOnce(&Communicator) -> Result<R>) -> Result<R> {
-    let state = state();
-    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
-    if set == WORLD {
-        return f(world);
-    }
-    match (state.sets.get(&set), state.set_ranks.get(&set)) {
-        (Some(communicator), _) => f(communicator),
-        (None, Some(ranks)) => Err(CoreError::InvalidArgument(format!(
-            "rank {} is not in process set {set} (ranks {ranks:?}); only its members may call \
-             its collectives",
-            world.rank()
-        ))),
-        (None, None) => Err(CoreError::InvalidArgument(format!(
-            "process set {set} does not exist (it was removed, or never added)"
-        ))),
-    }
+    f(state().member_communicator(set)?)
 }
 
 /// Whether process set `set` has the node's shared memory, and if not, why not and whether that
 /// deserves a warning (it failed, rather than being off or impossible).
 pub fn shared_memory(set: SetId) -> Result<(bool, String, bool)> {
     let state = state();
-    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
-    let communicator = if set == WORLD {
-        world
-    } else {
-        state.sets.get(&set).ok_or_else(|| {
-            CoreError::InvalidArgument(format!("this rank is in no process set {set}"))
-        })?
-    };
-    Ok(match communicator.transport().shared_memory_unavailable() {
-        None => (true, String::new(), false),
-        Some(why) => (
-            false,
-            why.to_string(),
-            matches!(why, Unavailable::Failed(_)),
-        ),
-    })
+    Ok(
+        match state
+            .member_communicator(set)?
+            .transport()
+            .shared_memory_unavailable()
+        {
+            None => (true, String::new(), false),
+            Some(why) => (
+                false,
+                why.to_string(),
+                matches!(why, Unavailable::Failed(_)),
+            ),
+        },
+    )
 }
 
 /// Add a process set of `ranks` (sorted, distinct ranks of ringlet's communicator) and return
@@ -213,25 +196,8 @@ pub fn add_process_set(ranks: &[usize]) -> Result<SetId> {
 /// A new communicator over the ranks of process set `set` (ringlet's own for [`WORLD`]), for
 /// traffic of its own (a doorbell's). Collective over the set's members.
 pub fn duplicate(set: SetId) -> Result<MpiTransport> {
-    let state = state();
-    let world = state.communicator.as_ref().ok_or_else(not_initialized)?;
-    let communicator = if set == WORLD {
-        world
-    } else {
-        state.sets.get(&set).ok_or_else(|| {
-            CoreError::InvalidArgument(match state.set_ranks.get(&set) {
-                Some(ranks) => format!(
-                    "rank {} is not in process set {set} (ranks {ranks:?}); only its members may \
-                     use it",
-                    world.rank()
-                ),
-                None => {
-                    format!("process set {set} does not exist (it was removed, or never added)")
-                }
-            })
-        })?
-    };
-    communicator
+    state()
+        .member_communicator(set)?
         .transport()
         .split(true)?
         .ok_or_else(|| CoreError::Communication("MPI_Comm_split left this rank out".into()))
@@ -308,6 +274,26 @@ impl State {
                 return;
             }
             std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The communicator of process set `set` ([`WORLD`]: ringlet's own), which this rank must
+    /// belong to and which must exist.
+    fn member_communicator(&self, set: SetId) -> Result<&Communicator<MpiTransport>> {
+        let world = self.communicator.as_ref().ok_or_else(not_initialized)?;
+        if set == WORLD {
+            return Ok(world);
+        }
+        match (self.sets.get(&set), self.set_ranks.get(&set)) {
+            (Some(communicator), _) => Ok(communicator),
+            (None, Some(ranks)) => Err(CoreError::InvalidArgument(format!(
+                "rank {} is not in process set {set} (ranks {ranks:?}); only its members may call \
+                 its collectives",
+                world.rank()
+            ))),
+            (None, None) => Err(CoreError::InvalidArgument(format!(
+                "process set {set} does not exist (it was removed, or never added)"
+            ))),
         }
     }
 

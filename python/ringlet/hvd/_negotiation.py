@@ -7,8 +7,8 @@ thread, the same on every rank, runs cycles (at once when something is submitted
 ``RINGLET_HVD_CYCLE_TIME`` ms while anything waits on any rank): in each, the ranks agree
 which requests every member of their process set has submitted, and those run, in an order
 every rank computes alike, fused where they can be. A request still waiting for a rank waits;
-it does not hold up the others. A caller that waits for its request runs the cycles itself while no
-other thread of its rank runs one: no hand-off to the thread and back.
+it does not hold up the others. A caller that waits for its request runs the cycles itself
+while no other thread of its rank runs one: no hand-off to the thread and back.
 
 While nothing waits on any rank, no cycle runs: every rank's thread waits on a doorbell
 (``ringlet.doorbell``), taking no core and sending nothing, and the first rank that has work
@@ -236,7 +236,7 @@ class Negotiator:
         """Whether this thread is running a cycle (the negotiation thread's, or a caller's)."""
         return getattr(self._in_cycle, "active", False)
 
-    # ---- the cycle ----------------------------------------------------------------------
+    # ---- the cycle -----------------------------------------------------------------------
     def _poke(self) -> None:
         """Wake this rank's negotiation thread, wherever it waits."""
         self._wake.set()
