@@ -143,16 +143,22 @@ fn one_shot(
     // The call's check, if the runtime left it to this meeting: nothing is written before it.
     flags.sync_checked(transport)?;
     let sources: Vec<*const u8> = (0..ranks).map(slot).collect();
-    let mut offset = 0;
-    for part in buf.parts_mut() {
-        let at: Vec<*const u8> = sources.iter().map(|s| s.wrapping_add(offset)).collect();
-        let part_len = part.len();
+    if buf.parts().len() > 1 {
+        // A fused run of arrays: one fold into scratch, then a copy to each, costs less than a
+        // fold per array (the vector is at most a staging half, in cache).
+        let mut reduced = Scratch::new(len);
+        let reduced = reduced.bytes(len)?;
         // SAFETY: every rank's half-area holds its `len` bytes, posted before the step just
-        // met, and nobody writes them until after this rank's next post; the part is private.
-        unsafe { fold(reduction, &at, &[part.as_mut_ptr()], part_len)? };
-        offset += part_len;
+        // met, and nobody writes them until after this rank's next post; `reduced` is ours.
+        unsafe { fold(reduction, &sources, &[reduced.as_mut_ptr()], len)? };
+        // SAFETY: `reduced` holds `len` bytes nothing else writes.
+        return unsafe { scatter(reduced.as_ptr(), buf, 0, len) };
     }
-    Ok(())
+    let [part] = buf.parts_mut() else {
+        return Ok(()); // no parts: nothing to reduce
+    };
+    // SAFETY: as above; the part is private.
+    unsafe { fold(reduction, &sources, &[part.as_mut_ptr()], len) }
 }
 
 /// Where a rank's vector lies for the two-shot path.
@@ -336,10 +342,6 @@ unsafe fn fold(
     let op = reduction.op;
     let sixteen = matches!(dtype, DType::F16 | DType::BF16);
     let acc_type = if sixteen { DType::F32 } else { dtype };
-    let block = FOLD_ELEMENTS * dtype.size();
-    let mut scratch = Scratch::new(2 * FOLD_ELEMENTS * acc_type.size());
-    let scratch = scratch.bytes(2 * FOLD_ELEMENTS * acc_type.size())?;
-    let (acc, widened) = scratch.split_at_mut(FOLD_ELEMENTS * acc_type.size());
     // Two inputs, the first output one of them, no widening: combine into it where it is (the
     // order kept by `Order`), then copy to the other outputs; no accumulator pass.
     let in_place = match (sixteen, sources, outputs.first()) {
@@ -347,6 +349,18 @@ unsafe fn fold(
         (false, [a, b], Some(&out)) if std::ptr::eq(out, *b) => Some((*a, Order::OtherFirst)),
         _ => None,
     };
+    // A short vector needs only its own length of scratch, and one combined in place none: a
+    // small call (or a fused run's small array) then neither allocates nor clears a batch.
+    let batch = FOLD_ELEMENTS.min(len / dtype.size()).max(1);
+    let block = batch * dtype.size();
+    let scratch_bytes = if in_place.is_some() {
+        0
+    } else {
+        2 * batch * acc_type.size()
+    };
+    let mut scratch = Scratch::new(scratch_bytes);
+    let scratch = scratch.bytes(scratch_bytes)?;
+    let (acc, widened) = scratch.split_at_mut(scratch_bytes / 2);
     let mut done = 0;
     while done < len {
         let n = block.min(len - done);
