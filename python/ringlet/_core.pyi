@@ -37,7 +37,9 @@ __all__ = [
     "allgather_async",
     "allreduce",
     "allreduce_fast",
+    "allreduce_group",
     "allreduce_group_async",
+    "allreduce_group_fast",
     "alltoall",
     "auto_refinements",
     "barrier",
@@ -46,10 +48,12 @@ __all__ = [
     "check_algorithm",
     "check_parameters",
     "choose_message_limit",
+    "default_fusion_threshold",
     "default_parameters",
     "dtypes",
     "explain",
     "finalize",
+    "fusion_threshold_bytes",
     "group",
     "init",
     "install_parameters",
@@ -373,6 +377,23 @@ def simulate(
 ) -> Simulated: ...
 def simulated_algorithms(collective: str) -> list[str]: ...
 def refuse(collective: str, reason: str, process_set: int = 0) -> None: ...
+def allreduce_group(
+    arrays: list[npt.NDArray[Any]],
+    dtype: str,
+    wire_dtype: str,
+    op: str,
+    algorithm: str,
+    prescale: float,
+    postscale: float,
+    fusion_bytes: int,
+    pack_below: int | None = None,
+    process_set: int = 0,
+) -> None: ...
+def allreduce_group_fast(
+    arrays: object, op: str, fusion_threshold: int | None = None, process_set: int = 0
+) -> bool: ...
+def fusion_threshold_bytes(value: int | None = None) -> int: ...
+def default_fusion_threshold() -> int: ...
 def allreduce_group_async(
     arrays: list[npt.NDArray[Any]],
     dtype: str,

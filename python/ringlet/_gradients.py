@@ -1,8 +1,9 @@
 """Many arrays in few collectives: gradient averaging, asynchronous allreduce, compression.
 
-The work happens in the Rust core's background thread: it packs arrays into fusion buffers,
-compresses them for the wire if asked, runs one allreduce per buffer in submission order, and
-unpacks. Python gets a handle and goes on (the GIL is not held meanwhile).
+The Rust core packs arrays into fusion buffers, compresses them for the wire if asked, runs one
+allreduce per buffer, and unpacks: on the caller's thread (``average_gradients``), or queued to
+its background thread in submission order (the ``_async`` calls: Python gets a handle and goes
+on; the GIL is not held meanwhile).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from ._arrays import refused_together, why_not_in_place
 from ._collectives import Handle, broadcast_object, check_algorithm
 from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import register_thread, topology
+from ._runtime import register_thread, thread_state, topology
 
-DEFAULT_FUSION_THRESHOLD = 64 << 20
+DEFAULT_FUSION_THRESHOLD = _core.default_fusion_threshold()
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
 
 COMPRESSIONS = {None: None, "none": None, "fp16": "float16", "float16": "float16",
@@ -31,18 +32,8 @@ COMPRESSIONS = {None: None, "none": None, "fp16": "float16", "float16": "float16
 
 def fusion_threshold_bytes(value: int | None = None) -> int:
     """The fusion buffer size in bytes: ``value`` if given, else RINGLET_FUSION_THRESHOLD,
-    else 64 MiB."""
-    if value is None:
-        text = os.environ.get("RINGLET_FUSION_THRESHOLD", str(DEFAULT_FUSION_THRESHOLD))
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(
-                f"RINGLET_FUSION_THRESHOLD={text!r} is not a number of bytes"
-            ) from None
-    if value < 0:
-        raise ValueError(f"fusion_threshold must be >= 0 bytes, got {value}")
-    return int(value)
+    else 64 MiB (the core's rule, which its fast path reads too)."""
+    return _core.fusion_threshold_bytes(None if value is None else int(value))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +201,52 @@ def _check_in_place(array: Any, what: str) -> str:
     return name
 
 
+def _group_calls(
+    arrays: Sequence[np.ndarray], op: str, algorithm: str, compression: Any, prescale: float,
+    postscale: float, fusion_threshold: int | None, process_set: ProcessSet | None,
+) -> list[tuple[Any, ...]]:
+    """Every check of a grouped allreduce's arguments (shared with the other ranks before an
+    error propagates), then the core's arguments for each dtype's fused stream (the process
+    set's id last), in order of first appearance: the same on every rank."""
+    where = place(process_set)
+    with refused_together("allreduce", process_set=where.id):
+        check_op(op)
+        check_algorithm(algorithm, "allreduce")
+        names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
+        threshold = fusion_threshold_bytes(fusion_threshold)
+        wires = {name: wire_dtype(name, compression) for name in names}
+        for wire in wires.values():
+            _core.check_algorithm("allreduce", algorithm, wire, op)
+        prescale, postscale = float(prescale), float(postscale)
+    if algorithm == "auto" and where.id == 0:
+        # The core decides, with the model's parameters, which the first call installs
+        # (collective; a process set's were installed when it was added).
+        calibration.ensure_installed()
+    by_dtype: dict[str, list[np.ndarray]] = {}
+    for name, array in zip(names, arrays):
+        by_dtype.setdefault(name, []).append(array)
+    return [(group, name, wires[name], op, algorithm, prescale, postscale, threshold, None,
+             where.id) for name, group in by_dtype.items()]
+
+
+def allreduce_group(
+    arrays: Sequence[np.ndarray],
+    op: str = "sum",
+    *,
+    algorithm: str = "auto",
+    compression: Any = None,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    fusion_threshold: int | None = None,
+    process_set: ProcessSet | None = None,
+) -> None:
+    """``allreduce_group_async(...).wait()`` without the hand-off: the collectives run on this
+    thread (after whatever is queued), which waits for them with the GIL released."""
+    for call in _group_calls(arrays, op, algorithm, compression, prescale, postscale,
+                             fusion_threshold, process_set):
+        _core.allreduce_group(*call)
+
+
 def allreduce_group_async(
     arrays: Sequence[np.ndarray],
     op: str = "sum",
@@ -224,31 +261,9 @@ def allreduce_group_async(
 ) -> Handle:
     """Queue an in-place allreduce of ``arrays`` (fused, one stream per dtype) over all ranks
     or ``process_set``'s; ``wait()`` returns ``result``."""
-    where = place(process_set)
-    with refused_together("allreduce", process_set=where.id):
-        check_op(op)
-        check_algorithm(algorithm, "allreduce")
-        names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
-        threshold = fusion_threshold_bytes(fusion_threshold)
-        wires = {name: wire_dtype(name, compression) for name in names}
-        for wire in wires.values():
-            _core.check_algorithm("allreduce", algorithm, wire, op)
-        prescale, postscale = float(prescale), float(postscale)
-    if algorithm == "auto" and where.id == 0:
-        # Queued work cannot call into Python: the model's parameters first (collective; a
-        # process set's were installed when it was added).
-        calibration.ensure_installed()
-    # One fused stream per dtype, in order of first appearance: deterministic on every rank.
-    by_dtype: dict[str, list[np.ndarray]] = {}
-    for name, array in zip(names, arrays):
-        by_dtype.setdefault(name, []).append(array)
-    handles = [
-        _core.allreduce_group_async(
-            group, name, wires[name], op, algorithm, prescale, postscale, threshold,
-            process_set=where.id,
-        )
-        for name, group in by_dtype.items()
-    ]
+    handles = [_core.allreduce_group_async(*call)
+               for call in _group_calls(arrays, op, algorithm, compression, prescale,
+                                        postscale, fusion_threshold, process_set)]
     return Handle(handles, lambda: result)
 
 
@@ -269,12 +284,32 @@ def average_gradients(
     64 MiB, or RINGLET_FUSION_THRESHOLD), one collective per buffer, in the arrays' order.
     ``compression="fp16"`` or ``"bf16"`` sends floating-point data as 16 bits (reduced with
     float32 accumulation, cast back). ``prescale`` multiplies before the reduction and
-    ``postscale`` after it, as in Horovod.
+    ``postscale`` after it, as in Horovod. The collectives run on this thread, which waits for
+    them with the GIL released.
     """
-    allreduce_group_async(
+    if (compression is None and algorithm == "auto" and prescale == 1.0 and postscale == 1.0
+            and _fast_group(arrays, op, fusion_threshold, process_set)):
+        return
+    allreduce_group(
         arrays, op, algorithm=algorithm, compression=compression, prescale=prescale,
         postscale=postscale, fusion_threshold=fusion_threshold, process_set=process_set,
-    ).wait()
+    )
+
+
+def _fast_group(arrays: Sequence[np.ndarray], op: str, fusion_threshold: int | None,
+                process_set: ProcessSet | None) -> bool:
+    """The common case of a grouped allreduce, checked and run in the core; False when it is
+    not that case (the caller's checks then explain what is wrong, on every rank)."""
+    if not getattr(thread_state, "registered", False):
+        register_thread()
+    if fusion_threshold is not None and not (type(fusion_threshold) is int
+                                             and 0 <= fusion_threshold < 1 << 62):
+        return False
+    if process_set is None:
+        return _core.allreduce_group_fast(arrays, op, fusion_threshold)
+    if type(process_set) is not ProcessSet:
+        return False
+    return _core.allreduce_group_fast(arrays, op, fusion_threshold, process_set.id)
 
 
 def allreduce_async(

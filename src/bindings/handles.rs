@@ -1,15 +1,20 @@
 //! Queued collectives and their handles. The queued job holds the arrays it works on, so they
 //! stay alive until it has run, even if the handle is dropped.
 
-use super::buffers::{bytes_array, contiguous, element_type, readable_bytes};
+use super::buffers::{
+    bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes,
+};
 use super::errors::detached;
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
-use crate::runtime::grouped_allreduce::{allreduce_group_async as queue_group, Group};
-use crate::runtime::process::{caller_thread, SetId};
+use crate::runtime::grouped_allreduce::{
+    self, allreduce_buffers, allreduce_group_async as queue_group, Group,
+};
+use crate::runtime::process::{self, caller_thread, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use std::sync::Arc;
 
 /// A queued collective. `done()` polls; `wait()` blocks (without the GIL) and raises the
@@ -143,10 +148,132 @@ pub fn reduce_scatter_async(
     array_handle(array.py(), queued, |b| (b.storage, b.bytes, Vec::new()))
 }
 
-/// Queue an in-place allreduce of `arrays` (all of `dtype`), fused into runs of at most
-/// `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`; a run of arrays
-/// averaging fewer than `pack_below` bytes is packed into one buffer (None: where the cost
-/// model says packing pays).
+/// Allreduce `arrays` (all of `dtype`) in place, now (after any queued work): fused into runs
+/// of at most `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`; a run
+/// of arrays averaging fewer than `pack_below` bytes is packed into one buffer (None: where the
+/// cost model says packing pays).
+#[pyfunction]
+#[pyo3(signature = (
+    arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes,
+    pack_below=None, process_set = 0
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn allreduce_group(
+    py: Python<'_>,
+    arrays: Vec<Bound<'_, PyUntypedArray>>,
+    dtype: &str,
+    wire_dtype: &str,
+    op: &str,
+    algorithm: &str,
+    prescale: f64,
+    postscale: f64,
+    fusion_bytes: usize,
+    pack_below: Option<usize>,
+    process_set: SetId,
+) -> PyResult<()> {
+    let settings = GroupSettings {
+        dtype,
+        wire_dtype,
+        op,
+        algorithm,
+        prescale,
+        postscale,
+        fusion_bytes,
+        pack_below,
+        process_set,
+    };
+    let (buffers, group) = settings.group(&arrays)?;
+    detached(py, move || {
+        // SAFETY: `arrays` holds every array until we return, and the caller may not touch
+        // them meanwhile (it waits here; the arrays are its own).
+        unsafe { allreduce_buffers(&buffers, &group) }
+    })
+}
+
+/// The common grouped allreduce without a detour through Python: `arrays` a list of
+/// C-contiguous, aligned, writeable NumPy arrays of one registered dtype, `op` a known op, the
+/// algorithm "auto" with the cost model installed, no compression or scaling, ringlet
+/// initialized, the fusion threshold valid. Returns True once it has run, False to let the
+/// Python layer take the call (it validates everything and explains what is wrong).
+#[pyfunction]
+#[pyo3(signature = (arrays, op, fusion_threshold = None, process_set = 0))]
+pub fn allreduce_group_fast(
+    py: Python<'_>,
+    arrays: &Bound<'_, PyAny>,
+    op: &str,
+    fusion_threshold: Option<i64>,
+    process_set: SetId,
+) -> PyResult<bool> {
+    let (Ok(arrays), Ok(op), Ok(fusion_bytes)) = (
+        arrays.cast::<PyList>(),
+        ReduceOp::from_name(op),
+        grouped_allreduce::fusion_threshold(fusion_threshold),
+    ) else {
+        return Ok(false);
+    };
+    let mut dtype = None;
+    let mut buffers = Vec::with_capacity(arrays.len());
+    let mut shapes = Vec::with_capacity(arrays.len());
+    for item in arrays.iter() {
+        let Ok(array) = item.cast::<PyUntypedArray>() else {
+            return Ok(false);
+        };
+        let Some(this) = known_dtype(&array.dtype()) else {
+            return Ok(false);
+        };
+        if dtype.is_some_and(|d| d != this) {
+            return Ok(false); // one stream per dtype: the Python layer splits them
+        }
+        dtype = Some(this);
+        // SAFETY: `arrays` holds every array until we return.
+        let Some(bytes) = (unsafe { writable_bytes(array) }) else {
+            return Ok(false);
+        };
+        buffers.push(Buffer::of(bytes));
+        shapes.push(array.shape().to_vec());
+    }
+    let Some(dtype) = dtype else {
+        return Ok(true); // nothing to reduce, as the Python layer would find
+    };
+    if !crate::runtime::allreduce::ready("auto", dtype, op) || !process::is_initialized() {
+        return Ok(false);
+    }
+    let group = Group {
+        dtype,
+        wire: dtype,
+        op,
+        algorithm: "auto".into(),
+        prescale: 1.0,
+        postscale: 1.0,
+        fusion_bytes,
+        pack_below: None,
+        shapes,
+        thread: caller_thread(),
+        set: process_set,
+    };
+    detached(py, move || {
+        // SAFETY: `arrays` holds every array until we return, and the caller may not touch
+        // them meanwhile (it waits here).
+        unsafe { allreduce_buffers(&buffers, &group) }
+    })?;
+    Ok(true)
+}
+
+/// The fusion buffer size in bytes: `value` if given, else `RINGLET_FUSION_THRESHOLD`, else
+/// the default (64 MiB).
+#[pyfunction]
+#[pyo3(signature = (value = None))]
+pub fn fusion_threshold_bytes(value: Option<i64>) -> PyResult<usize> {
+    Ok(grouped_allreduce::fusion_threshold(value)?)
+}
+
+/// The fusion buffer size when neither the caller nor `RINGLET_FUSION_THRESHOLD` sets one.
+#[pyfunction]
+pub fn default_fusion_threshold() -> usize {
+    grouped_allreduce::DEFAULT_FUSION_THRESHOLD
+}
+
+/// Queue an in-place allreduce of `arrays`, as [`allreduce_group`] runs it.
 #[pyfunction]
 #[pyo3(signature = (
     arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes,
@@ -165,32 +292,64 @@ pub fn allreduce_group_async(
     pack_below: Option<usize>,
     process_set: SetId,
 ) -> PyResult<Handle> {
-    let mut buffers = Vec::with_capacity(arrays.len());
-    let mut shapes = Vec::with_capacity(arrays.len());
-    for array in &arrays {
-        element_type(array, dtype)?;
-        // SAFETY: the arrays go to the job below, which keeps them alive until it has run.
-        buffers.push(Buffer::of(unsafe { contiguous(array, "allreduce")? }));
-        shapes.push(array.shape().to_vec());
-    }
-    let group = Group {
-        dtype: DType::from_name(dtype)?,
-        wire: DType::from_name(wire_dtype)?,
-        op: ReduceOp::from_name(op)?,
-        algorithm: algorithm.to_string(),
+    let settings = GroupSettings {
+        dtype,
+        wire_dtype,
+        op,
+        algorithm,
         prescale,
         postscale,
         fusion_bytes,
         pack_below,
-        shapes,
-        thread: caller_thread(),
-        set: process_set,
+        process_set,
     };
+    let (buffers, group) = settings.group(&arrays)?;
     let keepalive: Vec<Py<PyAny>> = arrays.into_iter().map(|a| a.into_any().unbind()).collect();
     // SAFETY: `keepalive` holds every array until the job ends, and the caller may not touch
     // them before the handle completes (the documented contract of the async calls).
     let completion = unsafe { queue_group(buffers, group, Box::new(keepalive))? };
     Ok(Handle { completion })
+}
+
+/// A grouped allreduce's arguments, as Python passes them.
+struct GroupSettings<'a> {
+    dtype: &'a str,
+    wire_dtype: &'a str,
+    op: &'a str,
+    algorithm: &'a str,
+    prescale: f64,
+    postscale: f64,
+    fusion_bytes: usize,
+    pack_below: Option<usize>,
+    process_set: SetId,
+}
+
+impl GroupSettings<'_> {
+    /// The arrays' buffers, and the group the core runs.
+    fn group(&self, arrays: &[Bound<'_, PyUntypedArray>]) -> PyResult<(Vec<Buffer>, Group)> {
+        let mut buffers = Vec::with_capacity(arrays.len());
+        let mut shapes = Vec::with_capacity(arrays.len());
+        for array in arrays {
+            element_type(array, self.dtype)?;
+            // SAFETY: the caller keeps the arrays alive for as long as it uses the buffers.
+            buffers.push(Buffer::of(unsafe { contiguous(array, "allreduce")? }));
+            shapes.push(array.shape().to_vec());
+        }
+        let group = Group {
+            dtype: DType::from_name(self.dtype)?,
+            wire: DType::from_name(self.wire_dtype)?,
+            op: ReduceOp::from_name(self.op)?,
+            algorithm: self.algorithm.to_string(),
+            prescale: self.prescale,
+            postscale: self.postscale,
+            fusion_bytes: self.fusion_bytes,
+            pack_below: self.pack_below,
+            shapes,
+            thread: caller_thread(),
+            set: self.process_set,
+        };
+        Ok((buffers, group))
+    }
 }
 
 /// Queue an in-place broadcast of `array` (of NumPy dtype `dtype`) from `root`.

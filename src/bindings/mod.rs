@@ -844,8 +844,9 @@ mod _core {
     use super::errors::{MismatchError, RingletError};
     #[pymodule_export]
     use super::handles::{
-        allgather_async, allreduce_group_async, broadcast_async, reduce_scatter_async, ArrayHandle,
-        Handle,
+        allgather_async, allreduce_group, allreduce_group_async, allreduce_group_fast,
+        broadcast_async, default_fusion_threshold, fusion_threshold_bytes, reduce_scatter_async,
+        ArrayHandle, Handle,
     };
     #[pymodule_export]
     use super::rows::{

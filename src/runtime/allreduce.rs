@@ -63,39 +63,61 @@ pub fn allreduce_on(
         ..call
     };
     let transport = comm.transport();
-    // Where the schedule's first act is a meeting in shared memory, the check rides on it.
-    let at_first_meeting = schedule.checks_at_first_meeting(comm.size(), buf.len());
-    let (seq, mut together) = if at_first_meeting {
-        (comm.begin_at_first_meeting(&call)?, true)
-    } else {
-        comm.begin_together(&call)?
-    };
+    let (seq, together) = begin(comm, schedule, &call, buf.len())?;
     let started = Instant::now();
     let tuning = comm.settings().tuning;
     let mut parts = Parts::one(buf);
-    let run = |parts: &mut Parts| {
-        schedules::allreduce(
-            transport,
-            schedule,
-            parts,
-            dtype,
-            op,
-            Factors::NONE,
-            &tuning,
-        )
-    };
-    match run(&mut parts) {
-        // Ranks that have joined take part now, replaying it (nothing was written before).
-        Err(CoreError::Unsettled) => {
-            comm.settle(&call, seq)?;
-            together = false;
-            run(&mut parts)?;
-        }
-        outcome => outcome?,
-    }
+    // Ranks that have joined take part in a second run, replaying it.
+    let together = together
+        & settled(comm, &call, seq, || {
+            schedules::allreduce(
+                transport,
+                schedule,
+                &mut parts,
+                dtype,
+                op,
+                Factors::NONE,
+                &tuning,
+            )
+        })?;
     let elapsed = started.elapsed();
     stats::record(schedule.name(), parts.len(), elapsed);
     refine(comm, pick, parts.len(), elapsed, together)
+}
+
+/// Start `call` (of `bytes` for `schedule`): its check rides on the schedule's first meeting
+/// where the schedule meets in shared memory before it writes anything, otherwise it is a
+/// round of its own. The call's number, and whether every rank made this call.
+pub(super) fn begin(
+    comm: &Communicator,
+    schedule: &dyn Allreduce,
+    call: &Call,
+    bytes: usize,
+) -> Result<(u64, bool)> {
+    if schedule.checks_at_first_meeting(comm.size(), bytes) {
+        Ok((comm.begin_at_first_meeting(call)?, true))
+    } else {
+        comm.begin_together(call)
+    }
+}
+
+/// `run` the schedule; if its first meeting found the ranks' calls differ, settle why (a
+/// mismatch fails on every rank) and, where only ranks that have joined differ, run it again
+/// (nothing was written). Whether every rank made this very call.
+pub(super) fn settled(
+    comm: &Communicator,
+    call: &Call,
+    seq: u64,
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<bool> {
+    match run() {
+        Err(CoreError::Unsettled) => {
+            comm.settle(call, seq)?;
+            run()?;
+            Ok(false)
+        }
+        outcome => outcome.map(|()| true),
+    }
 }
 
 /// A call's schedule, and for `auto` the refiner's pick that chose it.

@@ -13,7 +13,7 @@
 //! - many tiny arrays: a message per array piece costs more than copying them (the caller
 //!   passes the mean array size below which a copy pays, from its cost model).
 
-use super::allreduce::{choose_on, refine, Chosen};
+use super::allreduce::{begin, choose_on, refine, settled, Chosen};
 use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
@@ -32,6 +32,28 @@ use std::time::Instant;
 
 /// The [`stats`] entry of packing and unpacking fused runs (the copies, casts included).
 pub const PACK_STATS: &str = "pack";
+
+/// Bytes per fusion buffer unless the caller or `RINGLET_FUSION_THRESHOLD` says otherwise.
+pub const DEFAULT_FUSION_THRESHOLD: usize = 64 << 20;
+
+/// The fusion buffer size in bytes: `value` if given, else `RINGLET_FUSION_THRESHOLD`, else
+/// [`DEFAULT_FUSION_THRESHOLD`]. Read on every call (a test or a launcher may set it late).
+pub fn fusion_threshold(value: Option<i64>) -> Result<usize> {
+    let value = match value {
+        Some(value) => value,
+        None => match std::env::var("RINGLET_FUSION_THRESHOLD") {
+            Err(_) => return Ok(DEFAULT_FUSION_THRESHOLD),
+            Ok(text) => text.trim().parse().map_err(|_| {
+                CoreError::InvalidArgument(format!(
+                    "RINGLET_FUSION_THRESHOLD='{text}' is not a number of bytes"
+                ))
+            })?,
+        },
+    };
+    usize::try_from(value).map_err(|_| {
+        CoreError::InvalidArgument(format!("fusion_threshold must be >= 0 bytes, got {value}"))
+    })
+}
 
 /// What to do with a group of arrays of one dtype.
 #[derive(Clone, Debug)]
@@ -108,6 +130,20 @@ pub fn allreduce_group(arrays: &mut [&mut [u8]], group: &Group) -> Result<()> {
     })
 }
 
+/// [`allreduce_group`] of the arrays `buffers` point at, on the caller's thread when nothing
+/// is queued: no hand-off to the comm thread and back.
+///
+/// # Safety
+/// Each buffer must point at live memory that nobody else reads or writes during the call.
+pub unsafe fn allreduce_buffers(buffers: &[Buffer], group: &Group) -> Result<()> {
+    worker::run_in_order(|| {
+        process::with_communicator(group.set, |comm| {
+            // SAFETY: the caller's contract.
+            unsafe { allreduce_buffers_on(comm, buffers, group) }
+        })
+    })
+}
+
 /// Queue an in-place allreduce of every buffer (the arrays `keepalive` owns, released once the
 /// job no longer touches them); the completion says when it is done and how it went.
 ///
@@ -120,17 +156,32 @@ pub unsafe fn allreduce_group_async(
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Arc<Completion>> {
     worker::submit(Box::new(move || {
-        let outcome = check_disjoint(&buffers).and_then(|()| {
-            // SAFETY: the caller's contract; the buffers are disjoint (checked just now), so
-            // no two slices alias.
-            let mut arrays: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
-            process::with_communicator(group.set, |comm| {
-                allreduce_group_on(comm, &mut arrays, &group)
-            })
+        let outcome = process::with_communicator(group.set, |comm| {
+            // SAFETY: the caller's contract.
+            unsafe { allreduce_buffers_on(comm, &buffers, &group) }
         });
         drop(keepalive);
         outcome
     }))
+}
+
+/// # Safety
+/// As for [`allreduce_buffers`].
+unsafe fn allreduce_buffers_on(
+    comm: &Communicator,
+    buffers: &[Buffer],
+    group: &Group,
+) -> Result<()> {
+    match check_disjoint(buffers) {
+        Ok(()) => {
+            // SAFETY: the caller's contract; the buffers are disjoint (checked just now), so
+            // no two slices alias.
+            let mut arrays: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
+            allreduce_checked(comm, &mut arrays, group, None)
+        }
+        // Refused with the other ranks, which stay in step.
+        Err(error) => allreduce_checked(comm, &mut [], group, Some(error)),
+    }
 }
 
 /// Consecutive runs of arrays whose wire bytes fit one fusion buffer (a larger array alone).
@@ -158,6 +209,16 @@ pub fn allreduce_group_on(
     arrays: &mut [&mut [u8]],
     group: &Group,
 ) -> Result<()> {
+    allreduce_checked(comm, arrays, group, None)
+}
+
+/// [`allreduce_group_on`], or the refusal of a call already `refused`.
+fn allreduce_checked(
+    comm: &Communicator,
+    arrays: &mut [&mut [u8]],
+    group: &Group,
+    refused: Option<CoreError>,
+) -> Result<()> {
     let shapes: Vec<&[usize]> = group.shapes.iter().map(Vec::as_slice).collect();
     let (dtype, wire) = (group.dtype, group.wire);
     let call = Call {
@@ -166,7 +227,7 @@ pub fn allreduce_group_on(
         shape: Shape::Arrays(&shapes),
         ..Call::new(Kind::Allreduce, group.thread)
     };
-    if let Err(error) = group.check(arrays) {
+    if let Some(error) = refused.or_else(|| group.check(arrays).err()) {
         return comm.refuse(&call, error);
     }
     let wire_lengths: Vec<usize> = arrays
@@ -215,15 +276,18 @@ pub fn allreduce_group_on(
             wire_lengths[run.clone()].to_vec()
         };
         let replay = Replay::of(schedule.name(), wire, op, wire_factors, pieces);
-        let (_, together) = comm.begin_together(&Call {
+        let call = Call {
             replay: replay.as_ref(),
             ..call
-        })?;
+        };
+        let (seq, mut together) = begin(comm, schedule, &call, wire_bytes)?;
         let started = Instant::now();
         let transport = comm.transport();
         if !packs {
             let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a).collect());
-            schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)?;
+            together &= settled(comm, &call, seq, || {
+                schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)
+            })?;
             let elapsed = started.elapsed();
             stats::record(schedule.name(), wire_bytes, elapsed);
             refine(comm, pick, wire_bytes, elapsed, together)?;
@@ -241,15 +305,17 @@ pub fn allreduce_group_on(
         }
         let mut copying = packing.elapsed();
         let mut packed = Parts::one(fusion);
-        schedules::allreduce(
-            transport,
-            schedule,
-            &mut packed,
-            wire,
-            op,
-            wire_factors,
-            &tuning,
-        )?;
+        together &= settled(comm, &call, seq, || {
+            schedules::allreduce(
+                transport,
+                schedule,
+                &mut packed,
+                wire,
+                op,
+                wire_factors,
+                &tuning,
+            )
+        })?;
         let finish = if compressed {
             let divide_by = if group.op == ReduceOp::Avg {
                 comm.size()

@@ -120,6 +120,20 @@ def test_async_operations_complete_in_submission_order(rank, size):
         assert np.all(array == rank + i), "out of place: the input is unchanged"
 
 
+def test_average_gradients_runs_after_what_is_queued(rank, size):
+    """average_gradients runs on the caller's thread, but in the queue's order: after the
+    collectives queued before it, on every rank (otherwise ranks would pair different calls)."""
+    big = np.full(4 << 20, rank + 1.0, dtype=np.float32)
+    handle = ringlet.allreduce_group_async([big], "sum")
+    small = [np.full(n, rank + 2.0, dtype=np.float32) for n in (3, 16, 1000)]
+    ringlet.average_gradients(small)
+    assert handle.done(), "average_gradients returned before the collective queued before it"
+    handle.wait()
+    assert np.all(big == size * (size + 1) / 2)
+    for array in small:
+        assert np.allclose(array, sum(r + 2.0 for r in range(size)) / size)
+
+
 def test_async_in_place_and_python_keeps_running(rank, size):
     # A 32 MiB allreduce is long enough to see the caller run on, unless the machine is so busy
     # that this thread is not scheduled until it has finished: a few attempts, and one must show
