@@ -3,6 +3,7 @@ every framework's tensors through its backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -62,7 +63,9 @@ class Collectives:
     # ---- allreduce ----------------------------------------------------------------------
     def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
                        compression: Any, prescale: float, postscale: float,
-                       process_set: Any) -> HandleSet:
+                       process_set: Any, now: bool = False) -> HandleSet:
+        """Queue the allreduce of ``tensors``, or run it ``now`` (a synchronous call: no
+        hand-off to the core's thread and back)."""
         op_name = ringlet_op(average, op)
         backend = backend_for(tensors[0]) if tensors else NUMPY
         originals = [backend.array(t) for t in tensors]
@@ -71,7 +74,8 @@ class Collectives:
             return self._custom_compressed(backend, tensors, originals, in_place, op_name,
                                            compression, prescale, postscale, process_set)
         handle, finish = reduce_arrays(originals, [in_place] * len(originals), op_name,
-                                       compression, prescale, postscale, process_set)
+                                       compression, prescale, postscale, process_set,
+                                       now=time.monotonic() if now else None)
         return HandleSet(handle, lambda: deliver(backend, tensors, finish(), in_place))
 
     @staticmethod
@@ -97,13 +101,14 @@ class Collectives:
 
     def _allreduce(self, tensors: Sequence[Any], in_place: bool, single: bool, name: Any,
                    average: Any, op: Any, compression: Any, prescale: float, postscale: float,
-                   process_set: Any) -> HandleSet:
-        """Every allreduce entry point: matched by order (run now) or by name (submitted)."""
+                   process_set: Any, now: bool = False) -> HandleSet:
+        """Every allreduce entry point: matched by order (started at once; run on this thread
+        for a synchronous call, ``now``) or by name (submitted)."""
         tensors = list(tensors)
 
         def start() -> HandleSet:
             handle = self._grouped_async(tensors, in_place, average, op, compression, prescale,
-                                         postscale, process_set)
+                                         postscale, process_set, now)
             return HandleSet(handle, lambda: handle.synchronize()[0]) if single else handle
 
         if state.negotiator is None:
@@ -122,7 +127,8 @@ class Collectives:
             prescale=float(prescale), postscale=float(postscale), compression=wire,
             fusable=not custom)
         return named("allreduce", name, start, signature, process_set,
-                     None if custom else (backend, tensors, arrays, in_place, single))
+                     None if custom else (backend, tensors, arrays, in_place, single),
+                     waited_for=now)
 
     def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -143,15 +149,17 @@ class Collectives:
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                   process_set: Any = None) -> Any:
         """The reduction (default: average) of ``tensor`` over all ranks, as a new tensor."""
-        return self.allreduce_async(tensor, average, name, op, prescale_factor,
-                                    postscale_factor, process_set, compression).synchronize()
+        return self._allreduce([tensor], False, True, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set,
+                               now=True).synchronize()
 
     def allreduce_(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                    process_set: Any = None, compression: Any = None) -> Any:
         """Allreduce ``tensor`` in place and return it."""
-        return self.allreduce_async_(tensor, average, name, op, prescale_factor,
-                                     postscale_factor, process_set, compression).synchronize()
+        return self._allreduce([tensor], True, True, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set,
+                               now=True).synchronize()
 
     def grouped_allreduce_async(self, tensors: Sequence[Any], average: Any = None,
                                 name: Any = None, op: Any = None, prescale_factor: float = 1.0,
@@ -176,18 +184,18 @@ class Collectives:
                           prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                           process_set: Any = None) -> list[Any]:
         """Allreduce several tensors in one fused operation; returns new tensors."""
-        return self.grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                            postscale_factor, process_set,
-                                            compression).synchronize()
+        return self._allreduce(tensors, False, False, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set,
+                               now=True).synchronize()
 
     def grouped_allreduce_(self, tensors: Sequence[Any], average: Any = None, name: Any = None,
                            op: Any = None, prescale_factor: float = 1.0,
                            postscale_factor: float = 1.0, process_set: Any = None,
                            compression: Any = None) -> list[Any]:
         """Allreduce several tensors in place, in one fused operation; returns them."""
-        return self.grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                             postscale_factor, process_set,
-                                             compression).synchronize()
+        return self._allreduce(tensors, True, False, name, average, op, compression,
+                               prescale_factor, postscale_factor, process_set,
+                               now=True).synchronize()
 
     @staticmethod
     def synchronize(handle: HandleSet) -> Any:

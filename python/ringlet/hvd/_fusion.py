@@ -4,6 +4,7 @@ allreduces that name matching fuses."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ from ._ops import COMPRESSOR_BY_WIRE
 from ._process_sets import ringlet_set, set_by_id, set_size
 from ._requests import Request
 
-__all__ = ["WIDER", "deliver", "dtype_named", "prescaled_integers", "reduce_arrays",
+__all__ = ["WIDER", "Ran", "deliver", "dtype_named", "prescaled_integers", "reduce_arrays",
            "reducible_in_place", "run_fused", "scale_floats"]
 
 
@@ -32,8 +33,10 @@ def dtype_named(name: str) -> np.dtype:
 
 def run_fused(requests: list[Request | None],
               signatures: list[tuple[Any, ...]]) -> list[HandleSet]:
-    """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) on
-    the negotiation thread: this rank's tensors, or zeros where it has joined."""
+    """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) run
+    by the thread that runs the negotiation's cycle: this rank's tensors, or zeros where it has
+    joined. It runs now, not queued to the core's thread: the cycle's next collective would
+    wait for it anyway, and the hand-off costs more than a small collective."""
     settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
     process_set = set_by_id(settings["set"])
     compression = COMPRESSOR_BY_WIRE[settings["compression"]]
@@ -52,8 +55,10 @@ def run_fused(requests: list[Request | None],
             originals += arrays
             in_place += [place] * len(arrays)
         spans.append((start, len(originals)))
+    submitted = min((r.submitted for r in requests if r is not None), default=time.monotonic())
     handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
-                                   settings["prescale"], settings["postscale"], process_set)
+                                   settings["prescale"], settings["postscale"], process_set,
+                                   now=submitted)
     results: list[list[np.ndarray]] = []
 
     def all_results() -> list[np.ndarray]:
@@ -78,11 +83,12 @@ def run_fused(requests: list[Request | None],
 
 
 def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
-                  compression: Any, prescale: float, postscale: float,
-                  process_set: Any) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+                  compression: Any, prescale: float, postscale: float, process_set: Any,
+                  now: float | None = None) -> tuple[Any, Callable[[], list[np.ndarray]]]:
     """Start allreducing ``originals`` (each in place where asked and possible); returns the
     handle and a function that, once it has finished, gives the results in the originals'
-    dtypes."""
+    dtypes. Queued to the core's thread, or, given ``now`` (when the operation was submitted,
+    ``time.monotonic()``), run on this thread before it returns."""
     chosen = ringlet_set(process_set)
     # Integer types the core does not reduce travel widened (a copy), wrapping back as
     # Horovod's own sums of them wrap.
@@ -99,13 +105,20 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
             for a, integer, place in zip(arrays, integers, in_place)]
     floats = [w for w, integer in zip(work, integers) if not integer]
     whole = [w for w, integer in zip(work, integers) if integer]
-    parts = [ringlet.allreduce_group_async(
-        floats, op_name, compression=compression, prescale=prescale, postscale=postscale,
-        process_set=chosen)]
+    calls = [(floats, op_name, {"compression": compression, "prescale": prescale,
+                                "postscale": postscale})]
     if whole:
-        parts.append(ringlet.allreduce_group_async(
-            whole, "sum" if op_name == "avg" else op_name, process_set=chosen))
-    handle = ringlet.Handle(parts, lambda: None)
+        calls.append((whole, "sum" if op_name == "avg" else op_name, {}))
+    handle: Any
+    if now is None:
+        handle = ringlet.Handle([ringlet.allreduce_group_async(
+            arrays, op, process_set=chosen, **options) for arrays, op, options in calls],
+            lambda: None)
+    else:
+        started = time.monotonic()
+        for arrays, op, options in calls:
+            ringlet.average_gradients(arrays, op=op, process_set=chosen, **options)
+        handle = Ran(started - now, time.monotonic() - started)
     post = float(postscale) / (set_size(process_set) if op_name == "avg" else 1)
 
     def finish() -> list[np.ndarray]:
@@ -115,6 +128,26 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
         return [w.astype(o.dtype) if w.dtype != o.dtype else w for w, o in zip(work, originals)]
 
     return handle, finish
+
+
+class Ran:
+    """The handle of collectives that have run on the caller's thread: done, with their
+    ``timing`` (seconds from submission until they started, seconds they ran), as a queued
+    collective's handle gives it."""
+
+    __slots__ = ("_timing",)
+
+    def __init__(self, waited: float, ran: float) -> None:
+        self._timing = (max(waited, 0.0), ran)
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+    def timing(self) -> tuple[float, float]:
+        return self._timing
 
 
 def deliver(backend: Backend, tensors: Sequence[Any], results: list[np.ndarray],

@@ -94,7 +94,8 @@ def finished_handle(result: Any) -> HandleSet:
 
 def named(collective: str, name: Any, start: Callable[[], HandleSet],
           signature: tuple[Any, ...] = (), process_set: Any = None,
-          payload: Any = None, detail: str | None = None, inline: bool = False) -> HandleSet:
+          payload: Any = None, detail: str | None = None, inline: bool = False,
+          waited_for: bool = False) -> HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
     flight on this rank: then ValueError (Horovod's words) before anything is sent. A name is
     in flight until its handle is synchronized (successfully or not), not merely until its
@@ -106,7 +107,8 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
     (unnamed: Horovod's "<collective>.noname.<n>"): ``signature`` is what every rank must pass
     alike (``detail``: what this rank passed, as an error names it); an allreduce's
     ``payload`` lets it be fused with others (``start`` is then unused); an ``inline`` one is
-    run by the caller when its turn comes (``collectively``).
+    run by the caller when its turn comes (``collectively``); one ``waited_for`` is
+    synchronized by the caller at once (a synchronous call), which runs the cycles itself.
     """
     if name is None and state.negotiator is None:
         return start()
@@ -131,7 +133,7 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
         request = Request(collective, str(name), signature, members,
                           None if payload is not None else start, detail)
         request.payload, request.inline = payload, inline
-        state.negotiator.submit(request)
+        state.negotiator.submit(request, waited_for)
         handle = Negotiated(state.negotiator, request)
     if key is not None:
         state.in_flight[key] = handle

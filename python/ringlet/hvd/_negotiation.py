@@ -168,6 +168,8 @@ class Negotiator:
         self.failure: BaseException | None = None
         """Why negotiation stopped (every later request raises it)."""
         self.cycles = 0
+        self._last_cycle = time.monotonic()
+        """When the last cycle's vector was agreed (``time.monotonic()``)."""
         self._started: list[Any] = []
         """Handles of what it started, not yet seen finished."""
         self._thread = threading.Thread(target=self._loop, name="ringlet.hvd negotiation",
@@ -176,7 +178,10 @@ class Negotiator:
         atexit.register(self.stop)
 
     # ---- this rank's side ----------------------------------------------------------------
-    def submit(self, request: Request) -> None:
+    def submit(self, request: Request, waited_for: bool = False) -> None:
+        """Add ``request`` to the next cycle. The negotiation thread is woken at once, unless
+        the caller is about to wait for it (``waited_for``): the caller then runs the cycle
+        itself (``wait``), and waking the thread would only take a core from it."""
         with self._lock:
             if self.failure is not None:
                 raise self.failure
@@ -187,7 +192,8 @@ class Negotiator:
         # At once: its name stays taken until its handle is synchronized (``_handles.named``),
         # so an operation that finishes before its caller's next line lets no name through
         # twice.
-        self._poke()
+        if not waited_for or request.inline:
+            self._poke()
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -205,8 +211,11 @@ class Negotiator:
         the cycles itself while no other thread of this rank runs one (an ``inline`` request
         is the exception: its caller runs it between two cycles)."""
         while not request.ran.is_set():
-            if not request.inline and not self._stopped and \
-                    self._cycling.acquire(blocking=False):
+            if not request.inline and not self._stopped:
+                # Waits while the negotiation thread runs a cycle, then runs the next one
+                # unless that one ran the request.
+                if not self._cycling.acquire(timeout=0.05):
+                    continue
                 try:
                     if not request.ran.is_set():
                         self._run_cycle(timed=False)
@@ -258,7 +267,13 @@ class Negotiator:
                         self._called = max(self._called, heard)
                 woken = True
             else:
-                woken = self._wake.wait(self.idle_cycle_time if self._idle else self.cycle_time)
+                # A timed cycle is due a period after the last cycle, whichever thread ran it:
+                # while callers run cycles themselves, the thread need not.
+                period = self.idle_cycle_time if self._idle else self.cycle_time
+                due = self._last_cycle + period - time.monotonic()
+                woken = due > 0 and self._wake.wait(due)
+                if not woken and time.monotonic() - self._last_cycle < period:
+                    continue
             self._wake.clear()
             # Woken by a submission while a caller runs cycles: that caller wakes it again if
             # anything is left when it stops. The timed cycles always run (other ranks wait for
@@ -372,6 +387,7 @@ class Negotiator:
         announced = {key for key, _, _ in announcements}
         agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
         self.cycles += 1
+        self._last_cycle = time.monotonic()
         was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0)
         if was_idle and not self._idle and self._bell is not None:
             # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
