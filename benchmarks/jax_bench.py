@@ -507,6 +507,19 @@ def time_training(comm: MPI.Comm, backends: Backends, args) -> dict[str, Any]:
         return one_step
 
     calls = {name: run(name) for name in names}
+    # What the step's communication is held against (issue 35: at most 2x): one allreduce of
+    # the gradients' bytes, computed in the jitted function as a gradient is, over the floor
+    # of that function without the allreduce; interleaved with the steps.
+    parameters = sum(int(np.size(v)) for v in params0.values())
+    flat = jax.device_put(np.ones(parameters, np.float32), device)
+    one = {"floor": jax.jit(lambda x: x + 1)}
+    if "ringlet" in backends.available:
+        one["one allreduce"] = jax.jit(lambda x: backends.rj.allreduce(x + 1, op="avg"))
+    for name, function in one.items():
+        calls[name] = lambda function=function: function(flat)
+        for _ in range(WARMUP_CALLS):
+            jax.block_until_ready(calls[name]())
+    timed_names = names + list(one)
     # The first step of every path starts from the same parameters and a fresh adam state on
     # the same batch, so the first moment it leaves is (1 - b1) times the gradient it applied:
     # the averaging paths' must equal the mean over the ranks of the none path's.
@@ -523,12 +536,12 @@ def time_training(comm: MPI.Comm, backends: Backends, args) -> dict[str, Any]:
                                             / (np.abs(expected[k]) + GRADIENT_ATOL)))
                               for k in params0) for n in averaged}
     gradients_right = all(error <= GRADIENT_RTOL for error in gradient_errors.values())
-    seconds = np.empty((args.train_rounds, len(names), args.train_steps))
+    seconds = np.empty((args.train_rounds, len(timed_names), args.train_steps))
     for r in range(args.train_rounds):
-        rotation = names[r % len(names):] + names[:r % len(names)]
+        rotation = timed_names[r % len(timed_names):] + timed_names[:r % len(timed_names)]
         for name in rotation:
             for s in range(args.train_steps):
-                seconds[r, names.index(name), s] = timed(comm, calls[name])
+                seconds[r, timed_names.index(name), s] = timed(comm, calls[name])
     seconds = slowest(comm, seconds.reshape(args.train_rounds, -1)).reshape(seconds.shape)
     # After training the paths differ in rounding only, which adam amplifies where a gradient
     # is near zero: reported, not checked. Every rank must hold the same parameters.
@@ -538,8 +551,10 @@ def time_training(comm: MPI.Comm, backends: Backends, args) -> dict[str, Any]:
     gathered = comm.allgather({n: final[n] for n in averaged})
     equal_ranks = all(np.array_equal(g[n][k], final[n][k])
                       for g in gathered for n in averaged for k in params0)
-    parameters = sum(int(np.size(v)) for v in params0.values())
-    medians = {n: float(np.median(seconds[:, i, :])) * 1e6 for i, n in enumerate(names)}
+    medians = {n: float(np.median(seconds[:, i, :])) * 1e6 for i, n in enumerate(timed_names)}
+    one_us = {n: medians.pop(n) for n in one}
+    communication = {n: medians[n] - medians["none"] for n in averaged}
+    one_allreduce = one_us.get("one allreduce", float("nan")) - one_us["floor"]
     return {
         "model": f"MLP {raw[0][0].shape[1]}-{HIDDEN}-10, {parameters} parameters "
                  f"({parameters * 4} B of gradients in {len(params0)} arrays)",
@@ -547,7 +562,11 @@ def time_training(comm: MPI.Comm, backends: Backends, args) -> dict[str, Any]:
         "rounds": args.train_rounds,
         "steps_per_round": args.train_steps,
         "median_us": medians,
-        "communication_us": {n: medians[n] - medians["none"] for n in averaged},
+        "communication_us": communication,
+        "one_allreduce_us": one_allreduce,
+        "one_allreduce_call_us": one_us,
+        "communication_over_one_allreduce": {n: c / one_allreduce
+                                             for n, c in communication.items()},
         "max_difference_from_" + (averaged[0] if averaged else "none"): differences,
         "gradient_errors": gradient_errors,
         "gradients_averaged_right": bool(comm.allreduce(gradients_right, op=MPI.LAND)),
@@ -595,8 +614,11 @@ def allreduce_table(results: list[dict], names: list[str], markdown: bool) -> st
 
 
 def training_table(train: dict, markdown: bool) -> str:
-    header = ["path", "step µs (median)", "communication µs (step - none)"]
-    rows = [[n, fmt_us(us), fmt_us(train["communication_us"].get(n)) if n != "none" else "-"]
+    header = ["path", "step µs (median)", "communication µs (step - none)",
+              "communication / one allreduce"]
+    ratios = train["communication_over_one_allreduce"]
+    rows = [[n, fmt_us(us), fmt_us(train["communication_us"].get(n)) if n != "none" else "-",
+             f"{ratios[n]:.2f}" if n in ratios else "-"]
             for n, us in train["median_us"].items()]
     return table(header, rows, markdown)
 
@@ -653,6 +675,11 @@ def report(meta: dict, results: list[dict], train: dict | None, names: list[str]
               f"adam), median µs per step:")
         print()
         print(training_table(train, args.markdown))
+        calls = train["one_allreduce_call_us"]
+        print()
+        print(f"one allreduce: ringlet.jax's allreduce of the gradients' bytes computed in "
+              f"jax.jit, {fmt_us(calls.get('one allreduce'))} µs, over the same function "
+              f"without it, {fmt_us(calls['floor'])} µs: {fmt_us(train['one_allreduce_us'])} µs")
         print()
         print(f"first step's averaged gradient equal to the mean of the ranks' (every path): "
               f"{train['gradients_averaged_right']}; parameters equal across ranks: "
