@@ -187,6 +187,8 @@ def test_jax_bench_times_ringlet_inside_jit_and_checks_the_training_step(tmp_pat
         train = results["train"]
         assert train["gradients_averaged_right"] and train["equal_across_ranks"]
         assert train["median_us"]["ringlet"] > 0
+        assert train["one_allreduce_call_us"]["one allreduce"] > 0
+        assert "ringlet" in train["communication_over_one_allreduce"]
 
 
 def test_hvd_matching_bench_compares_name_and_order(tmp_path):
@@ -199,3 +201,17 @@ def test_hvd_matching_bench_compares_name_and_order(tmp_path):
     for matching in ("order", "name"):
         assert results[matching]["latency_us"] > 0 and results[matching]["ops_per_s"] > 0
         assert f"| {matching} |" in job.stdout
+
+
+def test_small_group_bench_compares_average_gradients_with_one_allreduce(tmp_path):
+    out = tmp_path / "small.json"
+    job = mpirun("benchmarks/small_group_bench.py", "--rounds", "2", "--calls", "10",
+                 "--load", "1", "--json", str(out))
+    assert job.returncode == 0, job.stdout + job.stderr
+    results = json.loads(out.read_text())
+    assert results["ranks"] == 2 and results["load"] == 1
+    cases = {(row["arrays"], row["bytes"]) for row in results["rows"]}
+    assert cases == {(n, b) for n in (2, 4, 8, 16) for b in (64, 4096)}
+    for row in results["rows"]:
+        assert row["group_us"] > 0 and row["one_us"] > 0 and len(row["ratios"]) == 2
+        assert f"| {row['arrays']} x {row['bytes']} |" in job.stdout
