@@ -105,7 +105,9 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
             for a, integer, place in zip(arrays, integers, in_place)]
     floats = [w for w, integer in zip(work, integers) if not integer]
     whole = [w for w, integer in zip(work, integers) if integer]
-    calls = [(floats, op_name, {"compression": compression, "prescale": prescale,
+    # The core's own name for it (None: not compressed, which its fast path takes).
+    wire = getattr(compression, "wire_dtype", compression)
+    calls = [(floats, op_name, {"compression": wire, "prescale": prescale,
                                 "postscale": postscale})]
     if whole:
         calls.append((whole, "sum" if op_name == "avg" else op_name, {}))

@@ -33,13 +33,11 @@ class Request:
                  detail: str | None = None) -> None:
         self.key: Key = (collective, name, members)
         self.signature = signature
-        self.detail = detail or describe(signature)
+        self._detail = detail
         self.start = start
         self.payload: Any = None
         """What the caller needs to run it fused (``ringlet.hvd._fusion``'s business)."""
-        self.inline = False
-        """Run by the caller itself, in its turn: the negotiation waits for ``resumed``."""
-        self.resumed = threading.Event()
+        self._inline: threading.Event | None = None
         self.submitted = time.monotonic()
         self.stall_reported = False
         """Whether the stall inspector has reported it (once per request, as the core's)."""
@@ -47,6 +45,30 @@ class Request:
         self.error: BaseException | None = None
         self.value: Any = None
         self.ran = threading.Event()
+
+    @property
+    def detail(self) -> str:
+        """How an error names what this rank passed (described when first asked: most
+        requests never are)."""
+        if self._detail is None:
+            self._detail = describe(self.signature)
+        return self._detail
+
+    @property
+    def inline(self) -> bool:
+        """Run by the caller itself, in its turn: the negotiation waits for ``resumed``."""
+        return self._inline is not None
+
+    @inline.setter
+    def inline(self, value: bool) -> None:
+        self._inline = threading.Event() if value else None
+
+    @property
+    def resumed(self) -> threading.Event:
+        """Set by an inline request's caller once it has run it."""
+        if self._inline is None:
+            raise AttributeError("only an inline request is resumed")
+        return self._inline
 
     def finish(self, work: Any = None, error: BaseException | None = None,
                value: Any = None) -> None:
@@ -65,5 +87,16 @@ def describe(signature: tuple[Any, ...]) -> str:
 def tensor_signature(arrays: Sequence[np.ndarray], leading: bool = True) -> tuple[Any, ...]:
     """Each array as (dtype, shape); without its first dimension when ``leading`` is False
     (allgather and alltoall: each rank has its own)."""
-    return tuple((str(a.dtype), tuple(a.shape) if leading else ("*", *a.shape[1:]))
+    return tuple((_dtype_name(a.dtype), a.shape if leading else ("*", *a.shape[1:]))
                  for a in arrays)
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, remembered (NumPy computes it in Python, microseconds a time)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
