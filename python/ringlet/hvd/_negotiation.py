@@ -74,9 +74,9 @@ from ._requests import Key, Request
 MATCHING_VARIABLE = "RINGLET_HVD_MATCHING"
 MATCHINGS = ("order", "name")
 DEFAULT_MATCHING = "order"
-"""Order matching stays the default: a lone named operation costs 3.7x one matched by order
-(issue 35 allows 2x), and a training step 0-5% more, at the 3% allowed within this machine's
-noise (benchmarks/RESULTS.md, "Idle ranks wait on a doorbell")."""
+"""Order matching stays the default: a lone named operation costs 6.7x one matched by order
+(194 against 29 µs; issue 35 allows 2x), and a training step 3-5% more, at the 3% allowed
+within this machine's noise (benchmarks/RESULTS.md, "No hand-off")."""
 
 _FLAGS = 4  # announce, shut down, stall query, waiting
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
