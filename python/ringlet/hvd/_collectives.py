@@ -75,7 +75,7 @@ class Collectives:
                                            compression, prescale, postscale, process_set)
         handle, finish = reduce_arrays(originals, [in_place] * len(originals), op_name,
                                        compression, prescale, postscale, process_set,
-                                       now=time.monotonic() if now else None)
+                                       submitted=time.monotonic() if now else None)
         return HandleSet(handle, lambda: deliver(backend, tensors, finish(), in_place))
 
     @staticmethod

@@ -58,7 +58,7 @@ def run_fused(requests: list[Request | None],
     submitted = min((r.submitted for r in requests if r is not None), default=time.monotonic())
     handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
                                    settings["prescale"], settings["postscale"], process_set,
-                                   now=submitted)
+                                   submitted=submitted)
     results: list[list[np.ndarray]] = []
 
     def all_results() -> list[np.ndarray]:
@@ -84,11 +84,11 @@ def run_fused(requests: list[Request | None],
 
 def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
                   compression: Any, prescale: float, postscale: float, process_set: Any,
-                  now: float | None = None) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+                  submitted: float | None = None) -> tuple[Any, Callable[[], list[np.ndarray]]]:
     """Start allreducing ``originals`` (each in place where asked and possible); returns the
     handle and a function that, once it has finished, gives the results in the originals'
-    dtypes. Queued to the core's thread, or, given ``now`` (when the operation was submitted,
-    ``time.monotonic()``), run on this thread before it returns."""
+    dtypes. Queued to the core's thread, or, given when the operation was ``submitted``
+    (``time.monotonic()``), run on this thread before it returns."""
     chosen = ringlet_set(process_set)
     # Integer types the core does not reduce travel widened (a copy), wrapping back as
     # Horovod's own sums of them wrap.
@@ -112,7 +112,7 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     if whole:
         calls.append((whole, "sum" if op_name == "avg" else op_name, {}))
     handle: Any
-    if now is None:
+    if submitted is None:
         handle = ringlet.Handle([ringlet.allreduce_group_async(
             arrays, op, process_set=chosen, **options) for arrays, op, options in calls],
             lambda: None)
@@ -120,7 +120,7 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
         started = time.monotonic()
         for arrays, op, options in calls:
             ringlet.average_gradients(arrays, op=op, process_set=chosen, **options)
-        handle = Ran(started - now, time.monotonic() - started)
+        handle = Ran(started - submitted, time.monotonic() - started)
     post = float(postscale) / (set_size(process_set) if op_name == "avg" else 1)
 
     def finish() -> list[np.ndarray]:
