@@ -1,7 +1,9 @@
 //! The stall inspector (after Horovod's): it watches every wait of the transport, and when one
 //! lasts, says which collective this rank is in and which rank it waits for; rank 0 gathers
-//! the other ranks' reports and names the ranks that have not joined; with a timeout set, a
-//! rank that has waited too long ends the job rather than hang forever.
+//! the other ranks' reports and names the ranks that have not joined (and, of those that are
+//! still in an earlier collective, which rank they wait for: the chain leads to the one that is
+//! gone); with a timeout set, a rank that has waited too long ends the job rather than hang
+//! forever.
 //!
 //! It also hears when a rank shuts ringlet down ([`StallInspector::departure`], sent by
 //! [`super::communicator::Communicator::depart`]): a wait for a collective that the departed
@@ -46,8 +48,8 @@ pub struct StallInspector {
     ranks: Vec<usize>,
     /// The collective in progress.
     current: Mutex<Option<Label>>,
-    /// On rank 0: the last collective each rank reported waiting in.
-    reports: Mutex<Vec<Option<u64>>>,
+    /// On rank 0: what each rank last reported waiting in and for.
+    reports: Mutex<Vec<Report>>,
     /// For each rank that has shut down: how many collectives it had made.
     departed: Mutex<Vec<Option<u64>>>,
     /// Whether `departed` has an entry (checked at every call, so without the lock).
@@ -56,10 +58,22 @@ pub struct StallInspector {
 }
 
 /// What a notice says, in its first word's top byte (the rest is the communicator's key).
+/// A waiting rank sends WAITING (the collective's number) and then WAITING_FOR (the rank it
+/// waits for); MPI keeps the two in order.
 const WAITING: u64 = 1;
 const DEPARTED: u64 = 2;
+const WAITING_FOR: u64 = 3;
 const KIND_SHIFT: u32 = 56;
 const KEY_MASK: u64 = (1 << KIND_SHIFT) - 1;
+
+/// A rank's last stall report, as rank 0 has it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Report {
+    /// The collective it waits in.
+    seq: Option<u64>,
+    /// The rank it waits for there (this communicator's number).
+    peer: Option<usize>,
+}
 
 /// Per-wait flags.
 const WARNED: u8 = 1;
@@ -87,7 +101,7 @@ impl StallInspector {
             hosts,
             ranks,
             current: Mutex::new(None),
-            reports: Mutex::new(vec![None; size]),
+            reports: Mutex::new(vec![Report::default(); size]),
             departed: Mutex::new(vec![None; size]),
             any_departed: AtomicBool::new(false),
             sink,
@@ -128,20 +142,32 @@ impl StallInspector {
             if head & KEY_MASK != self.key {
                 continue;
             }
-            let slots = match head >> KIND_SHIFT {
-                WAITING => &self.reports,
+            match head >> KIND_SHIFT {
+                WAITING | WAITING_FOR => {
+                    let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(report) = reports.get_mut(source) {
+                        if head >> KIND_SHIFT == WAITING {
+                            *report = Report {
+                                seq: Some(value),
+                                peer: None,
+                            };
+                        } else {
+                            report.peer = usize::try_from(value).ok();
+                        }
+                    }
+                }
                 DEPARTED => {
                     self.any_departed.store(true, Ordering::Release);
-                    &self.departed
+                    if let Some(slot) = self
+                        .departed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_mut(source)
+                    {
+                        *slot = Some(value);
+                    }
                 }
-                _ => continue,
-            };
-            if let Some(slot) = slots
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_mut(source)
-            {
-                *slot = Some(value);
+                _ => {}
             }
         }
     }
@@ -206,15 +232,46 @@ impl StallInspector {
             .map_or_else(|| "a collective".into(), |label| label.to_string())
     }
 
-    /// On rank 0: name the ranks that have not reported waiting in collective `seq` or a later
-    /// one (rank 0 itself is waiting in it). A rank waiting in a later collective has done its
-    /// part of this one (in a ring, its neighbours finish before rank 0 when rank 0's
-    /// predecessor is cut off), so it is not missing.
-    fn missing_from(&self, transport: &dyn Transport, seq: u64) -> Vec<usize> {
+    /// On rank 0, waiting in `label`: the ranks that have not joined it, or `None` if every
+    /// rank has. A rank that reports waiting in a later collective has done its part of this one
+    /// (in a ring, its neighbours finish before rank 0 when rank 0's predecessor is cut off).
+    /// The ranks that sent no report come first, as the likely cause; a rank still in an
+    /// earlier collective (it finished rank 0's part of it, not its own) is named with the rank
+    /// it waits for there, which leads to the cause.
+    fn summary(&self, transport: &dyn Transport, label: &Label, seconds: f64) -> Option<String> {
         let reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-        (1..transport.size())
-            .filter(|&r| !matches!(reports.get(r).copied().flatten(), Some(s) if s >= seq))
-            .collect()
+        let absent = |r: &usize| !matches!(reports[*r].seq, Some(s) if s >= label.seq);
+        let (silent, behind): (Vec<usize>, Vec<usize>) = (1..transport.size().min(reports.len()))
+            .filter(absent)
+            .partition(|&r| reports[r].seq.is_none());
+        if silent.is_empty() && behind.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !silent.is_empty() {
+            let list: Vec<String> = silent
+                .iter()
+                .map(|&r| format!("{}{}", self.number(r), self.host_of(r)))
+                .collect();
+            parts.push(format!(
+                "rank(s) {} have not joined it (every other rank reports waiting)",
+                list.join(", ")
+            ));
+        }
+        for &r in &behind {
+            let Report { seq, peer } = reports[r];
+            let seq = seq.unwrap_or_default();
+            let waits_for =
+                peer.map_or_else(String::new, |p| format!(", waiting for {}", self.name(p)));
+            parts.push(format!(
+                "{} is still in collective #{seq}{waits_for}",
+                self.name(r)
+            ));
+        }
+        Some(format!(
+            "ringlet: {label} has waited {seconds:.0} s: {}",
+            parts.join("; ")
+        ))
     }
 }
 
@@ -246,23 +303,16 @@ impl Watcher for StallInspector {
                 if let (Some(label), true) = (self.current(), rank != 0) {
                     // Diagnostics: if the report cannot be sent, the local warning stands.
                     let _ = transport.send_notice(0, self.notice(WAITING, label.seq));
+                    let _ = transport.send_notice(0, self.notice(WAITING_FOR, peer as u64));
                 }
             }
             // Rank 0, half a period later, names the ranks it heard nothing from.
             if rank == 0 && *flags & SUMMARIZED == 0 && waited >= limit * 3 / 2 {
-                if let Some(label) = self.current() {
-                    let missing = self.missing_from(transport, label.seq);
-                    if !missing.is_empty() {
-                        let list: Vec<String> = missing
-                            .iter()
-                            .map(|&r| format!("{}{}", self.number(r), self.host_of(r)))
-                            .collect();
-                        (self.sink)(&format!(
-                            "ringlet: {label} has waited {seconds:.0} s: rank(s) {} have not \
-                             joined it (every other rank reports waiting)",
-                            list.join(", ")
-                        ));
-                    }
+                if let Some(summary) = self
+                    .current()
+                    .and_then(|label| self.summary(transport, &label, seconds))
+                {
+                    (self.sink)(&summary);
                 }
                 *flags |= SUMMARIZED;
             }
@@ -279,5 +329,82 @@ impl Watcher for StallInspector {
             transport.abort(1);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{DType, ReduceOp};
+    use crate::runtime::call::{Call, Element, Kind, Shape};
+    use crate::transport::local::LocalTransport;
+
+    fn label(seq: u64) -> Label {
+        let call = Call {
+            element: Element::Typed(DType::F32),
+            op: Some(ReduceOp::Sum),
+            shape: Shape::Array(&[8]),
+            algorithm: "halving_doubling",
+            ..Call::new(Kind::Allreduce, 0)
+        };
+        Label::of(&call, seq)
+    }
+
+    /// Four ranks on four hosts: rank 1 waits in collective `seq_1` for `peer_1`, rank 2 in
+    /// `seq_2` for rank 3, rank 3 sends nothing; rank 0 waits in #1 for rank 3 long enough
+    /// to summarize. Returns rank 0's summary.
+    fn summary_when(seq_1: u64, seq_2: u64) -> String {
+        let transports = LocalTransport::cluster(&[0, 1, 2, 3]);
+        let hosts: Vec<String> = (0..4).map(|h| format!("h{h}")).collect();
+        let messages: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink: Sink = {
+            let messages = messages.clone();
+            Arc::new(move |m: &str| messages.lock().expect("lock").push(m.to_string()))
+        };
+        let policy = StallPolicy {
+            warning: Some(Duration::from_secs(2)),
+            timeout: None,
+        };
+        let inspector = || StallInspector::new(policy, 7, hosts.clone(), vec![], sink.clone());
+        for (rank, seq) in [(1, seq_1), (2, seq_2)] {
+            let reporter = inspector();
+            reporter.enter(label(seq));
+            let mut flags = 0;
+            reporter
+                .waiting(&transports[rank], 3, Duration::from_secs(2), &mut flags)
+                .expect("no departures");
+        }
+        let rank_0 = inspector();
+        rank_0.enter(label(1));
+        let mut flags = 0;
+        rank_0
+            .waiting(&transports[0], 3, Duration::from_secs(3), &mut flags)
+            .expect("no departures");
+        let messages = messages.lock().expect("lock");
+        let summaries: Vec<&String> = messages
+            .iter()
+            .filter(|m| m.starts_with("ringlet: allreduce #1"))
+            .collect();
+        assert_eq!(summaries.len(), 1, "{messages:#?}");
+        summaries[0].clone()
+    }
+
+    #[test]
+    fn rank_0_names_the_silent_rank_first_and_who_a_rank_behind_waits_for() {
+        assert_eq!(
+            summary_when(1, 0),
+            "ringlet: allreduce #1 of float32[8] sum (halving_doubling) has waited 3 s: \
+             rank(s) 3 (host h3) have not joined it (every other rank reports waiting); \
+             rank 2 (host h2) is still in collective #0, waiting for rank 3 (host h3)"
+        );
+    }
+
+    #[test]
+    fn a_rank_in_a_later_collective_has_joined_and_one_in_this_one_is_not_named() {
+        assert_eq!(
+            summary_when(2, 1),
+            "ringlet: allreduce #1 of float32[8] sum (halving_doubling) has waited 3 s: \
+             rank(s) 3 (host h3) have not joined it (every other rank reports waiting)"
+        );
     }
 }
