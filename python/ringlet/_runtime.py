@@ -271,7 +271,9 @@ def settings(*, segment_bytes: int | None = None, max_message_bytes: int | None 
     are faster: over Open MPI's TCP transport a rank's rendezvous reply can wait behind its own
     outgoing transfer, so whole messages exchanged both ways take twice as long (see
     ``benchmarks/RESULTS.md``). The returned dict says the limit in force
-    (``across_message_bytes``) and whether it is calibration's (``across_message_bytes_auto``).
+    (``across_message_bytes``) and whether it is calibration's (``across_message_bytes_auto``),
+    and whether each collective is checked with the other ranks first (``consistency_check``:
+    ``RINGLET_CHECK``, read at ``init``).
 
     Every rank must make the same change before its next collective: the settings are part of
     each collective's consistency check, so ranks that differ get ``MismatchError``. A change

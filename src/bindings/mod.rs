@@ -138,24 +138,29 @@ fn settings<'py>(
         && max_message_bytes.is_none()
         && node_major_rings.is_none()
         && across.is_none();
-    let settings = detached(py, || {
-        if unchanged {
+    let (settings, checked) = detached(py, || {
+        let settings = if unchanged {
             // A read need not wait for the queued collectives.
-            return runtime::settings();
-        }
-        runtime::update_settings(|s| {
-            s.tuning.segment_bytes = segment_bytes.unwrap_or(s.tuning.segment_bytes);
-            s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);
-            s.tuning.node_major = node_major_rings.unwrap_or(s.tuning.node_major);
-            s.across_message_bytes = across.unwrap_or(s.across_message_bytes);
-        })
+            runtime::settings()?
+        } else {
+            runtime::update_settings(|s| {
+                s.tuning.segment_bytes = segment_bytes.unwrap_or(s.tuning.segment_bytes);
+                s.max_message_bytes = max_message_bytes.unwrap_or(s.max_message_bytes);
+                s.tuning.node_major = node_major_rings.unwrap_or(s.tuning.node_major);
+                s.across_message_bytes = across.unwrap_or(s.across_message_bytes);
+            })?
+        };
+        Ok((settings, runtime::is_checked()?))
     })?;
-    settings_dict(py, &settings)
+    settings_dict(py, &settings, checked)
 }
 
+/// The settings as `ringlet.settings()` returns them, with whether calls are `checked` (not a
+/// setting one can change there, but what a layer that relies on the check must know).
 fn settings_dict<'py>(
     py: Python<'py>,
     settings: &runtime::Settings,
+    checked: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("segment_bytes", settings.tuning.segment_bytes)?;
@@ -166,6 +171,7 @@ fn settings_dict<'py>(
         settings.across_message_bytes.is_none(),
     )?;
     dict.set_item("node_major_rings", settings.tuning.node_major)?;
+    dict.set_item("consistency_check", checked)?;
     Ok(dict)
 }
 
@@ -173,10 +179,11 @@ fn settings_dict<'py>(
 /// rank alike, as it is part of every call's check. Returns the settings.
 #[pyfunction]
 fn use_calibrated_message_limit(py: Python<'_>, limit: usize) -> PyResult<Bound<'_, PyDict>> {
-    let settings = detached(py, || {
-        runtime::update_settings(|s| s.calibrated_across_bytes = limit)
+    let (settings, checked) = detached(py, || {
+        let settings = runtime::update_settings(|s| s.calibrated_across_bytes = limit)?;
+        Ok((settings, runtime::is_checked()?))
     })?;
-    settings_dict(py, &settings)
+    settings_dict(py, &settings, checked)
 }
 
 /// How a thread waiting for MPI polls: spin for `spin_us`, then sleep between polls, each

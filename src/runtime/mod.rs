@@ -107,6 +107,11 @@ pub fn settings() -> Result<Settings> {
     process::with_communicator(WORLD, |comm| Ok(comm.settings()))
 }
 
+/// Whether every collective is checked with the other ranks first (`RINGLET_CHECK`).
+pub fn is_checked() -> Result<bool> {
+    process::with_communicator(WORLD, |comm| Ok(comm.is_checked()))
+}
+
 /// Change the settings of ringlet's communicator and its process sets, after every collective
 /// already queued: those run with the settings they were called under, on every rank alike.
 pub fn update_settings(change: impl FnOnce(&mut Settings) + Send) -> Result<Settings> {

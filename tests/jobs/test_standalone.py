@@ -90,3 +90,17 @@ def test_the_wait_policy_comes_from_the_environment():
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["7", "90"]
+
+
+def test_settings_say_whether_calls_are_checked():
+    """``ringlet.settings()["consistency_check"]`` is RINGLET_CHECK as the core read it (what
+    ringlet.hvd's lone allreduces rely on)."""
+    code = "import ringlet; print(ringlet.settings()['consistency_check'])"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM", "PMIX_")) and k != "RINGLET_CHECK"}
+    for value, expected in ((None, "True"), ("0", "False"), ("1", "True")):
+        extra = {} if value is None else {"RINGLET_CHECK": value}
+        result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True,
+                                capture_output=True, timeout=120, env={**env, **extra})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == expected, (value, result.stdout)

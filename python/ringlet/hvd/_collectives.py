@@ -15,7 +15,7 @@ from ._backend import NUMPY, Backend, backend_for
 from ._fusion import deliver, prescaled_integers, reduce_arrays, reducible_in_place, scale_floats
 from ._handles import HandleSet, finished_handle, named, signature_settings
 from ._ops import BUILT_IN_COMPRESSORS, Average, Compression, ringlet_op, wire_name
-from ._process_sets import ringlet_set, set_size
+from ._process_sets import is_global, ringlet_set, set_size
 from ._requests import describe, tensor_signature
 from ._state import state
 
@@ -126,6 +126,15 @@ class Collectives:
             process_set, op=op_name,
             prescale=float(prescale), postscale=float(postscale), compression=wire,
             fusable=not custom)
+        negotiator = state.negotiator
+        if now and not custom and name is not None and is_global(process_set):
+            # A synchronous call of a name every rank has run before: at once, if every rank
+            # is idle (``Negotiator.run_alone``).
+            key = ("allreduce", str(name), negotiator.everyone)
+            if key not in state.in_flight:
+                ran = negotiator.run_alone(key, signature, start)
+                if ran is not None:
+                    return ran
         return named("allreduce", name, start, signature, process_set,
                      None if custom else (backend, tensors, arrays, in_place, single),
                      waited_for=now)

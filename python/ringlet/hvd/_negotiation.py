@@ -24,10 +24,12 @@ runs every collective of the program must pass through it: the ones that are not
 (adding a process set, planning buckets) run on their caller's thread in their turn, every
 rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
 
-- one small ``min`` allreduce: four flags (someone announces something, someone shuts down,
-  someone has waited too long, someone has anything waiting) and one entry per cached name, 1
-  where this rank has that name waiting (or takes no part in it). A name every rank marks
-  runs: repeats cost this one vector.
+- one small ``min`` allreduce: five flags (someone announces something, someone shuts down,
+  someone has waited too long, someone has anything waiting, someone waits for more or other
+  than one cached name) and one entry per cached name, 1 where this rank has that name
+  waiting (or takes no part in it). A name every rank marks runs: repeats cost this one
+  vector. Nothing is left waiting after a cycle in which nothing waited, or in which every
+  rank waited for one name, the same: the ranks are then idle.
 - only when a rank announces something: an ``allgather_object`` of the announcements (a name
   seen for the first time, or with other arguments than its cached ones, and ``join``). Every
   rank adds them to the same table; a name all members have announced runs, or fails on every
@@ -39,6 +41,13 @@ rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
   core stall inspector's messages (runtime/stall.rs), once per request: each waiting rank says
   what it waits in and for which rank, and rank 0 names, for each name, the ranks that have not
   submitted it (the stall inspector).
+
+While the ranks are idle, a synchronous allreduce of a cached name skips the cycle
+(``run_alone``): each rank that calls it runs its collective at once, which pairs up with the
+other ranks' same call as their cycle. A rank that has other work runs a cycle instead, which
+meets the lone call in the consistency check: the check fails on every rank before anything
+is written, and they all run the cycle. A lone named allreduce then costs what one matched by
+order does, plus building its key and signature.
 
 Joined ranks (``join``) take part in every allreduce the others run, with zeros; other
 collectives fail on every rank while a rank has joined. Mismatches and joins are reported in
@@ -78,8 +87,8 @@ DEFAULT_MATCHING = "order"
 (194 against 29 µs; issue 35 allows 2x), and a training step 3-5% more, at the 3% allowed
 within this machine's noise (benchmarks/RESULTS.md, "No hand-off")."""
 
-_FLAGS = 4  # announce, shut down, stall query, waiting
-_ANNOUNCE, _SHUTDOWN, _STALL, _WAITING = range(_FLAGS)
+_FLAGS = 5  # announce, shut down, stall query, waiting, not lone
+_ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _NOT_LONE = range(_FLAGS)
 _BELL_POLL = 1.0
 """Seconds an idle thread waits on the doorbell before it looks again whether it should stop."""
 _BELL_PAUSE = 0.05
@@ -88,6 +97,9 @@ submit may hear a ring (its own submissions wake it at once). Each poll asks MPI
 while the gradients' collectives run on another thread: polling every 1 ms cost 15-22% of a
 training step, every 10 ms 4-11%, every 50 ms 0-5% (RESULTS.md, "Idle ranks wait on a
 doorbell")."""
+_MOST_NAMES = 1_000_000
+"""The largest response cache: the slots' caller keys (``lane_caller``) are distinct up to
+here (tests/hvd/torch/test_hvd_name_matching.py checks it)."""
 _JOIN_KEY: Key = ("join", "join", ())
 """join's key (it involves every rank, whatever they have joined to; it has no signature)."""
 
@@ -135,6 +147,9 @@ class Negotiator:
         """RINGLET_STALL_WARNING, the core's: after how long a waiting request is reported
         (None: never)."""
         self.capacity = max(int(_seconds("RINGLET_HVD_CACHE_CAPACITY", 1024)), 1)
+        if self.capacity > _MOST_NAMES:
+            raise ValueError(f"RINGLET_HVD_CACHE_CAPACITY={self.capacity} is more than "
+                             f"{_MOST_NAMES} names")
         self.rank, self.size = ringlet.rank(), ringlet.size()
         self.everyone = tuple(range(self.size))
         # Its own communicator: collective over ringlet's (hvd.init is called on every rank).
@@ -143,6 +158,10 @@ class Negotiator:
             self._bell: ringlet.Doorbell | None = ringlet.doorbell(self.comm)
         except ringlet.RingletError:  # MPI_THREAD_MULTIPLE was not granted (on any rank alike)
             self._bell = None
+        self._alone = self._bell is not None and bool(ringlet.settings()["consistency_check"])
+        """Whether a lone allreduce may skip the cycle (``run_alone``): only the consistency
+        check tells it from another rank's cycle, and only idle ranks that wait on the doorbell
+        run no timed cycles."""
         self._called = -1
         """The last idle cycle after which a rank rang the doorbell, as far as this rank knows
         (it rang, or heard it): the next cycle is on (see ``_may_cycle``)."""
@@ -168,6 +187,8 @@ class Negotiator:
         self.failure: BaseException | None = None
         """Why negotiation stopped (every later request raises it)."""
         self.cycles = 0
+        self.ran_alone = 0
+        """How many of the cycles were a lone allreduce's (``run_alone``)."""
         self._last_cycle = time.monotonic()
         """When the last cycle's vector was agreed (``time.monotonic()``)."""
         self._started: list[Any] = []
@@ -194,6 +215,53 @@ class Negotiator:
         # twice.
         if not waited_for or request.inline:
             self._poke()
+
+    def run_alone(self, key: Key, signature: tuple[Any, ...],
+                  run: Callable[[], Any]) -> Any:
+        """A synchronous allreduce of a cached name, run at once without agreeing first, when
+        every rank was idle after the last cycle and this one has nothing else waiting:
+        ``run()`` (on the negotiation's communicator, as in a cycle) returns its handle, or
+        this returns None and the caller submits the request as usual.
+
+        Every rank that runs the same name this way meanwhile makes the same call, which pairs
+        up as the cycle's: one collective, as matched by order, instead of a cycle and its
+        collective. The name's slot is in the consistency check's caller key, so two names
+        never pair up. A rank that runs a cycle instead (it had other work, and rang the
+        doorbell) meets this call with its vector: the check fails on every rank before
+        anything is written, the cycle's ranks send their vector again, and this rank submits
+        the request, which that cycle then sees."""
+        if not (self._alone and self._idle) or not self._cycling.acquire(blocking=False):
+            return None
+        try:
+            with self._lock:
+                cached = self._cache.get(key)
+                if (cached is None or cached[1] != signature or not self._idle or self._local
+                        or self._join is not None or self._joined or self._shutting_down
+                        or self._stopped):
+                    return None
+            self._in_cycle.active = True
+            try:
+                with ringlet.as_caller(lane_caller(cached[0])):
+                    handle = run()
+            except ringlet.MismatchError:
+                return None  # another rank runs a cycle (see above)
+            except BaseException as exc:  # as a cycle's failure: every waiting request learns it
+                self._stopped = True
+                self._fail(exc if isinstance(exc, ringlet.RingletError) else ringlet.RingletError(
+                    f"ringlet.hvd's negotiation failed on rank {self.rank}: {exc!r}"))
+                raise
+            finally:
+                self._in_cycle.active = False
+            self.cycles += 1
+            self.ran_alone += 1
+            self._last_cycle = time.monotonic()
+            with self._lock:
+                self._cache.move_to_end(key)
+        finally:
+            self._cycling.release()
+        if self._pending():
+            self._poke()  # the thread skipped a wake-up while this ran
+        return handle
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -357,6 +425,7 @@ class Negotiator:
         now = time.monotonic()
         vector[_STALL] = -1 if self._stalled(now) else 0
         joined = set(self._joined)
+        lone = False  # this rank waits for one request, which it marks ready
         for slot, key in enumerate(self._slots):
             if key is None:
                 vector[_FLAGS + slot] = 1
@@ -370,6 +439,10 @@ class Negotiator:
             else:  # joined ranks take part in whatever the others run
                 ready = self.rank in joined and not set(members) <= joined
             vector[_FLAGS + slot] = int(ready)
+            if ready and mine is not None:
+                lone = len(self._local) == 1
+        vector[_NOT_LONE] = 0 if lone and not (announcements or self._join is not None
+                                               or self._shutting_down or self._joined) else -1
         return vector, announcements
 
     def _stalled(self, now: float) -> list[Request]:
@@ -385,14 +458,14 @@ class Negotiator:
         with self._lock:
             vector, announcements = self._vector()
         announced = {key for key, _, _ in announcements}
-        agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
+        try:
+            agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
+        except ringlet.MismatchError:
+            # Another rank's lone allreduce (``run_alone``) met this vector: every rank now
+            # sends its vector (nothing was written). Vectors never differ in shape.
+            agreed = ringlet.allreduce(vector, "min", out=vector, process_set=self.comm)
         self.cycles += 1
         self._last_cycle = time.monotonic()
-        was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0)
-        if was_idle and not self._idle and self._bell is not None:
-            # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
-            # caller ran this cycle) for them.
-            self._bell.interrupt()
         everyone = ringlet.allgather_object(announcements, process_set=self.comm) \
             if agreed[_ANNOUNCE] < 0 else []
         if agreed[_STALL] < 0:
@@ -426,6 +499,14 @@ class Negotiator:
             self._unannounced = [r for r in self._unannounced if id(r) not in running]
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
+        # Idle from now on if nothing waited, or if every rank waited for one request, the
+        # same, which runs now: nothing is left (a rank that submits more rings).
+        was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0) or (
+            agreed[_NOT_LONE] == 0 and len(ready) == 1 and ready[0][2] == self.everyone)
+        if was_idle and not self._idle and self._bell is not None:
+            # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
+            # caller ran this cycle) for them.
+            self._bell.interrupt()
         self._started = [work for work in self._started if not work.poll()]
         self._execute(responses, mine)
         if everyone_joined:
@@ -576,6 +657,12 @@ class Negotiator:
                 lines.append(missing_report(label, oldest, missing))
         if lines:
             print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def lane_caller(slot: int) -> str:
+    """The caller (``ringlet.as_caller``) of a lone allreduce of the name in cache ``slot``: the
+    consistency check pairs calls only of the same caller, so only of the same name."""
+    return f"ringlet.hvd negotiation, slot {slot}"
 
 
 def _joinable(collective: str, signature: tuple[Any, ...]) -> bool:

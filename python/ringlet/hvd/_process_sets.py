@@ -9,8 +9,8 @@ import ringlet
 
 from ._state import state
 
-__all__ = ["ProcessSet", "global_process_set", "member_ranks", "ringlet_set", "set_by_id",
-           "set_rank", "set_size"]
+__all__ = ["ProcessSet", "global_process_set", "is_global", "member_ranks", "ringlet_set",
+           "set_by_id", "set_rank", "set_size"]
 
 
 class ProcessSet:
@@ -85,11 +85,16 @@ class _GlobalProcessSet(ProcessSet):
 global_process_set = _GlobalProcessSet([])
 
 
+def is_global(process_set: Any) -> bool:
+    """Whether a Horovod ``process_set=`` argument names every rank."""
+    return process_set is None or process_set is global_process_set or (
+        isinstance(process_set, ProcessSet) and process_set.process_set_id == 0)
+
+
 def ringlet_set(process_set: Any) -> ringlet.ProcessSet | None:
     """The ringlet process set a Horovod ``process_set=`` argument names (None: all ranks; with
     name matching, on the negotiation thread: its own communicator of all ranks)."""
-    if process_set is None or process_set is global_process_set or (
-            isinstance(process_set, ProcessSet) and process_set.process_set_id == 0):
+    if is_global(process_set):
         if state.negotiator is not None and state.negotiator.is_negotiation_thread():
             return state.negotiator.comm
         return None

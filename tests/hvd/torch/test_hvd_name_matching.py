@@ -9,7 +9,9 @@ compared with NumPy's, computed from every rank's input, which each rank rebuild
 from __future__ import annotations
 
 import re
+import threading
 import time
+import zlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,6 +23,7 @@ import ringlet.hvd as hvd
 import ringlet.hvd.torch as hvd_torch
 from ringlet.hvd._api import use_matching
 from ringlet.hvd._fusion import dtype_named
+from ringlet.hvd._negotiation import _MOST_NAMES, Negotiator, lane_caller
 from ringlet.hvd._state import state
 
 
@@ -83,7 +86,10 @@ def test_an_op_waiting_for_a_rank_does_not_block_a_barrier_or_other_ops(rank: in
     hvd.barrier()
     if rank == 0:
         assert early is not None and (size == 1 or not hvd.poll(early))
-    else:
+    # The others submit "late" only once rank 0 has looked (a rank that leaves the barrier
+    # first may submit before rank 0 looks, and rightly run it).
+    hvd.barrier()
+    if rank != 0:
         early = hvd.allreduce_async(t, name="late", op=hvd.Sum)
         with pytest.raises(ValueError, match="same name as another tensor"):
             hvd.allreduce_async(t, name="late")
@@ -219,6 +225,116 @@ def test_an_idle_negotiation_runs_no_cycle_until_a_rank_has_work(rank: int, size
     finally:
         hvd.barrier()
         assert size == 1 or hvd.remove_process_set(alone)
+
+
+def _idle_with_cached(names: list[str], shape: tuple[int, ...]) -> Negotiator:
+    """Run each name once (cached from now on), then two barriers: in the second's cycle every
+    rank waits for that one cached name alone, so every rank is idle after it (waiting for a
+    rank to see its negotiation idle could wait forever: a rank that saw it first may have
+    submitted again)."""
+    negotiator = state.negotiator
+    assert negotiator is not None and negotiator._bell is not None
+    for name in names:
+        hvd.allreduce(np.zeros(shape, np.float32), name=name, op=hvd.Sum)
+    hvd.barrier()
+    hvd.barrier()
+    assert negotiator._idle
+    return negotiator
+
+
+def test_a_lone_named_allreduce_runs_without_a_cycle(rank: int, size: int) -> None:
+    """While the ranks are idle, a synchronous allreduce of a cached name is its own cycle
+    (``Negotiator.run_alone``), right on every rank."""
+    negotiator = _idle_with_cached(["lone"], (5, 3))
+    before, cycles = negotiator.ran_alone, negotiator.cycles
+    for step in range(20):
+        out = hvd.allreduce(input_of(rank, (5, 3), step), name="lone", op=hvd.Sum)
+        np.testing.assert_array_equal(out, sum(input_of(r, (5, 3), step) for r in range(size)))
+    # The thread's 1-s look at the doorbell may take a call's turn now and then.
+    assert negotiator.ran_alone - before >= 15, (negotiator.ran_alone - before)
+    assert negotiator.cycles - cycles <= 20 + 2 * 5
+
+
+def test_lone_allreduces_of_two_names_never_pair_up(rank: int, size: int) -> None:
+    """Two threads per rank each run a cached name alone, "a" first on even ranks and "b"
+    first on odd ones: the lone calls of "a" and "b" meet, the check refuses to pair them
+    (their slots differ), and both names then run in a cycle, each with its own data."""
+    _idle_with_cached(["a", "b"], (4,))
+    errors: list[BaseException] = []
+
+    def call(name: str, step: int, delay: float) -> None:
+        try:
+            time.sleep(delay)
+            seed = 1000 * step + (name == "b")
+            out = hvd.allreduce(input_of(rank, (4,), seed), name=name, op=hvd.Sum)
+            np.testing.assert_array_equal(out, sum(input_of(r, (4,), seed)
+                                                   for r in range(size)))
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    first, second = ("a", "b") if rank % 2 == 0 else ("b", "a")
+    for step in range(10):
+        threads = [threading.Thread(target=call, args=(first, step, 0.0)),
+                   threading.Thread(target=call, args=(second, step, 0.02))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        assert not any(thread.is_alive() for thread in threads), "a call hangs"
+
+
+def test_a_lone_allreduce_meets_another_ranks_cycle(rank: int, size: int) -> None:
+    """Rank 0 runs "x" alone; every other rank first submits "y" asynchronously (a cycle:
+    its lone call of "x" must give way) and only then calls "x"; rank 0 then calls "y". Both
+    names run right, on every rank, and no rank waits forever."""
+    _idle_with_cached(["x", "y"], (6,))
+    for step in range(5):
+        def data(name: str, of: int, step: int = step) -> np.ndarray:
+            return input_of(of, (6,), 100 * step + (name == "y"))
+
+        expected = {n: sum(data(n, r) for r in range(size)) for n in ("x", "y")}
+        if rank == 0:
+            x = hvd.allreduce(data("x", rank), name="x", op=hvd.Sum)
+            y = hvd.allreduce(data("y", rank), name="y", op=hvd.Sum)
+        else:
+            time.sleep(0.02)  # rank 0 waits alone by now
+            handle = hvd.allreduce_async(data("y", rank), name="y", op=hvd.Sum)
+            x = hvd.allreduce(data("x", rank), name="x", op=hvd.Sum)
+            y = hvd.synchronize(handle)
+        np.testing.assert_array_equal(x, expected["x"])
+        np.testing.assert_array_equal(y, expected["y"])
+
+
+def test_without_the_consistency_check_every_allreduce_runs_in_a_cycle(
+        rank: int, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RINGLET_CHECK=0: nothing would tell a lone call from another rank's cycle, so none
+    skips the cycle."""
+    settings = ringlet.settings()
+    monkeypatch.setattr(ringlet, "settings", lambda: {**settings, "consistency_check": False})
+    use_matching("order")
+    use_matching("name")
+    negotiator = _idle_with_cached(["lone"], (2,))
+    for step in range(5):
+        out = hvd.allreduce(input_of(rank, (2,), step), name="lone", op=hvd.Sum)
+        np.testing.assert_array_equal(out, sum(input_of(r, (2,), step) for r in range(size)))
+    assert negotiator.ran_alone == 0
+
+
+def test_the_lone_calls_of_different_slots_have_different_keys() -> None:
+    """The consistency check keys a caller by the CRC-32 of its name (ringlet.as_caller): the
+    largest cache's slots must not share one, or two names could pair up."""
+    keys = {zlib.crc32(f"caller:{lane_caller(slot)}".encode()) for slot in range(_MOST_NAMES)}
+    assert len(keys) == _MOST_NAMES
+    assert zlib.crc32(b"caller:ringlet.hvd negotiation") not in keys
+
+
+def test_a_cache_past_the_largest_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="RINGLET_HVD_CACHE_CAPACITY=1000001 is more than "
+                                         "1000000 names"):
+        restart_matching(monkeypatch, "RINGLET_HVD_CACHE_CAPACITY", str(_MOST_NAMES + 1))
+    monkeypatch.delenv("RINGLET_HVD_CACHE_CAPACITY")
+    use_matching("name")
 
 
 def test_a_small_cache_evicts_and_names_still_meet(rank: int, size: int,
