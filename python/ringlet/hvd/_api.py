@@ -205,7 +205,7 @@ class Horovod(Collectives):
         # is all a barrier needs.
         set_id = getattr(process_set, "process_set_id", None) or 0
         named("barrier", f"barrier.{set_id}", lambda: finished_handle(None),
-              signature_settings(process_set), process_set).synchronize()
+              signature_settings(process_set), process_set, waited_for=True).synchronize()
 
     @staticmethod
     def join(device: int = -1) -> int:

@@ -3,8 +3,8 @@ Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
 
 Each test starts name matching afresh (a new negotiation, ``ringlet.hvd._api.use_matching``, as
 RINGLET_HVD_MATCHING=name makes at ``hvd.init()``) and ends it, so that the other files of the
-suite keep order matching. Every result is
-compared with NumPy's, computed from every rank's input, which each rank rebuilds."""
+suite keep the default, order matching. Every result is compared with NumPy's, computed from
+every rank's input, which each rank rebuilds."""
 
 from __future__ import annotations
 
@@ -462,6 +462,17 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert state.matching_by_name()
     with pytest.raises(ValueError, match="matching is 'name' or 'order'"):
         use_matching("names")
+
+
+def test_order_matching_is_the_default_and_name_one_setting_away(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    use_matching("order")
+    monkeypatch.delenv("RINGLET_HVD_MATCHING", raising=False)
+    hvd.init()
+    assert not state.matching_by_name()
+    monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")
+    hvd.init()
+    assert state.matching_by_name()
 
 
 # Slow (40 s): many training steps under both matchings; the other tests here cover the

@@ -209,7 +209,21 @@ def _assert_averaged(model, local: list[np.ndarray]) -> None:
         np.testing.assert_allclose(p.grad.numpy(), expected, rtol=1e-6, atol=1e-7)
 
 
-def test_shared_gradients_live_in_shared_memory_and_are_reduced_there(rank, size):
+@pytest.fixture
+def by_order():
+    """Order matching for the test (ringlet.stats() then counts only its own collectives, not
+    name matching's cycles), and the default again after it."""
+    from ringlet.hvd._api import use_matching
+    from ringlet.hvd._state import state
+
+    by_name = state.matching_by_name()
+    use_matching("order")
+    yield
+    hvd.barrier()
+    use_matching("name" if by_name else "order")
+
+
+def test_shared_gradients_live_in_shared_memory_and_are_reduced_there(rank, size, by_order):
     import ringlet
 
     model = torch.nn.Sequential(torch.nn.Linear(10, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
