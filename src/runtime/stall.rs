@@ -142,11 +142,12 @@ impl StallInspector {
             if head & KEY_MASK != self.key {
                 continue;
             }
-            match head >> KIND_SHIFT {
+            let kind = head >> KIND_SHIFT;
+            match kind {
                 WAITING | WAITING_FOR => {
                     let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(report) = reports.get_mut(source) {
-                        if head >> KIND_SHIFT == WAITING {
+                        if kind == WAITING {
                             *report = Report {
                                 seq: Some(value),
                                 peer: None,

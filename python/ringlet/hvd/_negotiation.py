@@ -109,6 +109,8 @@ _LANE_WAIT = 0.001
 briefly whenever it wakes) before the call is submitted as usual: given up at once, such a
 call rang the doorbell, whose cycle met the other ranks' lone calls, and so on, for a third
 of the calls at 3 ranks."""
+CYCLE_CALLER = "ringlet.hvd negotiation"
+"""The caller (``ringlet.as_caller``) of a cycle's collectives, whichever thread runs them."""
 _JOIN_KEY: Key = ("join", "join", ())
 """join's key (it involves every rank, whatever they have joined to; it has no signature)."""
 
@@ -255,10 +257,8 @@ class Negotiator:
                     handle = run()
             except ringlet.MismatchError:
                 return None  # another rank runs a cycle (see above)
-            except BaseException as exc:  # as a cycle's failure: every waiting request learns it
-                self._stopped = True
-                self._fail(exc if isinstance(exc, ringlet.RingletError) else ringlet.RingletError(
-                    f"ringlet.hvd's negotiation failed on rank {self.rank}: {exc!r}"))
+            except BaseException as exc:  # as a cycle's failure
+                self._stop(exc)
                 raise
             finally:
                 self._in_cycle.active = False
@@ -337,8 +337,7 @@ class Negotiator:
                 try:
                     heard = self._bell.wait(_BELL_POLL, _BELL_PAUSE)
                 except ringlet.RingletError as exc:  # ringlet was shut down under it
-                    self._stopped = True
-                    self._fail(exc)
+                    self._stop(exc)
                     return
                 if heard is not None:
                     with self._lock:
@@ -395,20 +394,24 @@ class Negotiator:
         try:
             if not self._may_cycle(timed):
                 return
-            with ringlet.as_caller("ringlet.hvd negotiation"):
+            with ringlet.as_caller(CYCLE_CALLER):
                 going_on = self._cycle()
-        except BaseException as exc:  # every waiting request must learn it
-            self._stopped = True
-            self._fail(exc if isinstance(exc, ringlet.RingletError) else ringlet.RingletError(
-                f"ringlet.hvd's negotiation failed on rank {self.rank}: {exc!r}"))
+        except BaseException as exc:
+            self._stop(exc)
             return
         finally:
             self._in_cycle.active = False
         if not going_on:
-            self._stopped = True
-            self._fail(ringlet.RingletError(
+            self._stop(ringlet.RingletError(
                 "ringlet.hvd was shut down (hvd.shutdown() or the end of the program on some "
                 "rank) before every rank had submitted this operation"))
+
+    def _stop(self, error: BaseException) -> None:
+        """Stop negotiating because of ``error``, which every waiting and later request raises
+        (as a RingletError)."""
+        self._stopped = True
+        self._fail(error if isinstance(error, ringlet.RingletError) else ringlet.RingletError(
+            f"ringlet.hvd's negotiation failed on rank {self.rank}: {error!r}"))
 
     def _fail(self, error: BaseException) -> None:
         with self._lock:
@@ -672,7 +675,7 @@ class Negotiator:
 def lane_caller(slot: int) -> str:
     """The caller (``ringlet.as_caller``) of a lone allreduce of the name in cache ``slot``: the
     consistency check pairs calls only of the same caller, so only of the same name."""
-    return f"ringlet.hvd negotiation, slot {slot}"
+    return f"{CYCLE_CALLER}, slot {slot}"
 
 
 def _joinable(collective: str, signature: tuple[Any, ...]) -> bool:
