@@ -3,8 +3,7 @@ the one ``api`` object that ``ringlet.hvd``, ``ringlet.hvd.torch``, ``ringlet.hv
 and ``ringlet.hvd.keras`` publish.
 
 Names, argument order and semantics follow ``horovod.torch``, process sets and join included;
-see the migration guide for the few differences (GPUs, Adasum, elastic, operations matched by
-order rather than by name).
+see the migration guide for the few differences (GPUs, Adasum, elastic).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from ._handles import collectively, finished_handle, named, signature_settings
 from ._process_sets import ProcessSet, global_process_set, ringlet_set
 from ._state import state
 
-__all__ = ["Horovod", "api", "use_matching"]
+__all__ = ["Horovod", "api", "start", "use_matching"]
 
 
 def use_matching(matching: str) -> None:
@@ -62,6 +61,45 @@ def sets_to_add(process_sets: list[ProcessSet]) -> list[tuple[int, ...]]:
     return wanted
 
 
+def start(comm: Any, process_sets: Any, default_matching: str) -> None:
+    """``init``, matching operations by ``default_matching`` where RINGLET_HVD_MATCHING is
+    unset (a framework whose collectives only order can match passes "order")."""
+    if isinstance(comm, (list, tuple)):
+        raise ValueError(
+            "init(comm=[ranks]) is not supported; pass an mpi4py communicator "
+            "(e.g. MPI.COMM_WORLD.Split(...)), or add a process set of those ranks"
+        )
+    first_init = not ringlet.is_initialized()
+    ringlet.init(comm)
+    # Install auto's model now, while every rank is here: later, the first "auto" call
+    # would, collectively, and a rank that has joined could not take part.
+    ringlet.selector.prepare()
+    if first_init:
+        state.forget()
+    if _negotiation.matching_from_environment(default_matching) == "name" and (
+            state.negotiator is None or first_init or state.negotiator.failure is not None):
+        state.start_negotiation(run_fused)
+    if process_sets is None or process_sets == "dynamic":
+        return
+    sets = list(process_sets)
+
+    def add() -> None:
+        wanted = sets_to_add(sets)
+        existing = [added.ranks for added in ringlet.process_sets()]
+        repeated = [ranks for i, ranks in enumerate(wanted)
+                    if ranks in existing + wanted[:i]]
+        if repeated:
+            raise ValueError(f"Attempted to add duplicate process sets: {repeated} (every "
+                             "rank raises; none was added)")
+        added = {ranks: ringlet.add_process_set(ranks) for ranks in wanted}
+        for ps in sets:
+            chosen = added[tuple(ps.ranks or ())]
+            ps.process_set_id, ps._set = chosen.id, chosen
+            state.added[chosen.id] = ps
+
+    collectively("init", add)
+
+
 class Horovod(Collectives):
     """The API; ``ringlet.hvd`` publishes its methods as functions. Each call picks the
     backend from the tensor it is given (NumPy arrays, or torch tensors once
@@ -73,40 +111,7 @@ class Horovod(Collectives):
         """Initialize (MPI too, unless mpi4py did); ``comm`` is an mpi4py communicator (or a
         list of ranks of MPI_COMM_WORLD); ``process_sets`` a list of ``ProcessSet`` to add
         (collective), or "dynamic" (sets may always be added later here)."""
-        if isinstance(comm, (list, tuple)):
-            raise ValueError(
-                "init(comm=[ranks]) is not supported; pass an mpi4py communicator "
-                "(e.g. MPI.COMM_WORLD.Split(...)), or add a process set of those ranks"
-            )
-        first_init = not ringlet.is_initialized()
-        ringlet.init(comm)
-        # Install auto's model now, while every rank is here: later, the first "auto" call
-        # would, collectively, and a rank that has joined could not take part.
-        ringlet.selector.prepare()
-        if first_init:
-            state.forget()
-        if _negotiation.matching_from_environment() == "name" and (
-                state.negotiator is None or first_init or state.negotiator.failure is not None):
-            state.start_negotiation(run_fused)
-        if process_sets is None or process_sets == "dynamic":
-            return
-        sets = list(process_sets)
-
-        def add() -> None:
-            wanted = sets_to_add(sets)
-            existing = [added.ranks for added in ringlet.process_sets()]
-            repeated = [ranks for i, ranks in enumerate(wanted)
-                        if ranks in existing + wanted[:i]]
-            if repeated:
-                raise ValueError(f"Attempted to add duplicate process sets: {repeated} (every "
-                                 "rank raises; none was added)")
-            added = {ranks: ringlet.add_process_set(ranks) for ranks in wanted}
-            for ps in sets:
-                chosen = added[tuple(ps.ranks or ())]
-                ps.process_set_id, ps._set = chosen.id, chosen
-                state.added[chosen.id] = ps
-
-        collectively("init", add)
+        start(comm, process_sets, _negotiation.DEFAULT_MATCHING)
 
     @staticmethod
     def shutdown() -> None:

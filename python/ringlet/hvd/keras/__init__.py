@@ -28,7 +28,6 @@ from .. import (
     ddl_built,
     gloo_built,
     gloo_enabled,
-    init,
     is_initialized,
     local_rank,
     local_size,
@@ -45,9 +44,10 @@ from .. import (
     stop_timeline,
 )
 from .._api import api as _numpy_api
+from .._api import start as _start
 from .._ops import Average, Compression, Sum
 from .._process_sets import ProcessSet, global_process_set
-from . import callbacks
+from . import _backends, callbacks
 from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer, wrapper_class
 from .callbacks import (
     BroadcastGlobalVariablesCallback,
@@ -56,6 +56,14 @@ from .callbacks import (
     MetricAverageCallback,
     broadcast_variables,
 )
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Horovod's ``init``. Operations are matched by name, as Horovod's coordinator matches
+    them, except on the JAX backend, where ``DistributedOptimizer``'s allreduces run inside
+    ``jax.jit`` as XLA's custom calls, which only their order can match: there they are matched
+    by order unless RINGLET_HVD_MATCHING says otherwise."""
+    _start(comm, process_sets, _backends.default_matching())
 
 
 def _numpy(value: Any, what: str) -> np.ndarray:
