@@ -11,7 +11,8 @@ Models (synthetic data, batch 32 per rank, SGD with momentum, one PyTorch thread
 
 Each path trains its own copy of the model from the same initial weights on the same batches:
 - ``none``: plain SGD on each rank, no communication (the floor);
-- ``ringlet``: ``ringlet.hvd.torch.DistributedOptimizer`` (buckets as it chooses them);
+- ``ringlet``: ``ringlet.hvd.torch.DistributedOptimizer`` (buckets as it chooses them, its
+  operations matched as ``ringlet.hvd`` matches them by default: by name);
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend.
 
 A round runs a block of steps of each path, in an order that rotates from round to round; a
@@ -51,6 +52,7 @@ import ringlet
 import ringlet.hvd.torch as hvd
 from ringlet import _core
 from ringlet.hvd._api import use_matching
+from ringlet.hvd._negotiation import DEFAULT_MATCHING
 
 BATCH = 32
 PATHS = ("none", "ringlet", "ddp")
@@ -96,11 +98,11 @@ class Variant:
     wait: tuple[int, int] | None = None  # (spin_us, max_sleep_us); None: the default
     fusion_threshold: str | None = None  # RINGLET_FUSION_THRESHOLD; None: the model's
     shared_gradients: bool = False  # DistributedOptimizer(shared_gradients=True)
-    matching: str = "order"  # ringlet.hvd's RINGLET_HVD_MATCHING: "order" or "name"
+    matching: str = DEFAULT_MATCHING  # ringlet.hvd's RINGLET_HVD_MATCHING: "order" or "name"
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """``spin=1000,sleep=0,buckets=64M,shared=1,matching=name`` (each optional)."""
+        """``spin=1000,sleep=0,buckets=64M,shared=1,matching=order`` (each optional)."""
         fields = dict(item.split("=", 1) for item in spec.split(",") if item)
         wait = None
         if "spin" in fields or "sleep" in fields:
@@ -112,7 +114,7 @@ class Variant:
             scale = units.get(buckets[-1].upper(), 1)
             buckets = str(int(buckets.rstrip("KkMmGg")) * scale)
         return cls(wait, buckets, fields.get("shared", "0") not in ("0", ""),
-                   fields.get("matching", "order"))
+                   fields.get("matching", DEFAULT_MATCHING))
 
 
 @dataclass
@@ -197,9 +199,9 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _matching(path: Path) -> Iterator[None]:
-    """The path's matching for ringlet.hvd while it runs (name matching's negotiation runs only
-    then, so that it costs the other paths nothing)."""
-    use_matching(path.variant.matching)
+    """A ringlet path's matching for ringlet.hvd while it runs (name matching's negotiation
+    runs only then, so that it costs the other paths nothing)."""
+    use_matching(path.variant.matching if path.name.startswith("ringlet") else "order")
     try:
         yield
     finally:
@@ -310,8 +312,8 @@ def main() -> int:
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=SPEC",
         help="another ringlet path, e.g. spinning=spin=1000,sleep=0, one-bucket=buckets=64M or "
-             "shared=shared=1 (gradients in shared memory), by-name=matching=name (ringlet.hvd's "
-             "name matching)")
+             "shared=shared=1 (gradients in shared memory), by-order=matching=order (ringlet.hvd's "
+             "order matching)")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--plot", help="write a bar chart of the step breakdown here (PNG)")
     args = parser.parse_args()

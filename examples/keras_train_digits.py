@@ -39,7 +39,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-import ringlet
+import ringlet.hvd as hvd_collectives  # Horovod's collectives on Python objects
 import ringlet.hvd.keras as hvd
 
 # (b)'s tolerance: the distributed run sums each gradient in another order (within the shards,
@@ -120,7 +120,7 @@ def check(model: keras.Model, initial: list[np.ndarray], x: np.ndarray, y: np.nd
     """--check's (a) and (b) (collective): the failures, the same list on every rank."""
     failures = []
     weights = weights_of(model)
-    digests = ringlet.allgather_object(hashlib.sha256(weights.tobytes()).hexdigest())
+    digests = hvd_collectives.allgather_object(hashlib.sha256(weights.tobytes()).hexdigest())
     if len(set(digests)) != 1:
         differ = [r for r, d in enumerate(digests) if d != digests[0]]
         failures.append(f"the weights differ between ranks: ranks {differ} hold other bits "
@@ -137,7 +137,7 @@ def check(model: keras.Model, initial: list[np.ndarray], x: np.ndarray, y: np.nd
             print(f"check passed: weights bit-identical on all {hvd.size()} ranks and within "
                   f"{worst:.2g} of a single process's training on the global batches",
                   flush=True)
-    verdict = ringlet.broadcast_object(verdict, root=0)
+    verdict = hvd_collectives.broadcast_object(verdict, root_rank=0)
     return failures + ([verdict] if verdict else [])
 
 
@@ -191,7 +191,7 @@ def main() -> None:
     # as one rank exits non-zero.
     if rank == 0 and failures:
         print("FAILED: " + "; ".join(failures), file=sys.stderr, flush=True)
-    if ringlet.broadcast_object(bool(failures), root=0):
+    if hvd_collectives.broadcast_object(bool(failures), root_rank=0):
         raise SystemExit(1)
 
 

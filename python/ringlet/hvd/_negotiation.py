@@ -1,7 +1,7 @@
 """Operations matched across ranks by name, as Horovod's coordinator matches them.
 
-With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet.hvd`` is a
-``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
+By default (``RINGLET_HVD_MATCHING=name``), every collective submitted through ``ringlet.hvd``
+is a ``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
 names ("allreduce.noname.<n>", counted per collective and set on each rank). A background
 thread, the same on every rank, runs cycles (at once when something is submitted, and every
 ``RINGLET_HVD_CYCLE_TIME`` ms while anything waits on any rank): in each, the ranks agree
@@ -85,11 +85,10 @@ from ._requests import Key, Request
 
 MATCHING_VARIABLE = "RINGLET_HVD_MATCHING"
 MATCHINGS = ("order", "name")
-DEFAULT_MATCHING = "order"
-"""Order matching stays the default for now: name matching meets the latency target (a lone
-named allreduce about 1.5x one matched by order, ``run_alone``) but not yet the suites: under
-it, one of tests/hvd/torch's tests hung at 3 ranks and one of tests/hvd/keras's failed
-(benchmarks/RESULTS.md, "A lone named allreduce runs at once")."""
+DEFAULT_MATCHING = "name"
+"""Horovod's semantics by default: a lone named allreduce costs about 1.5x one matched by order
+(``run_alone``), a training step no measurable share more (benchmarks/RESULTS.md, "Name
+matching by default"). ``RINGLET_HVD_MATCHING=order`` gives ringlet's own matching."""
 
 _FLAGS = 5  # announce, shut down, stall query, waiting, not lone
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _NOT_LONE = range(_FLAGS)
@@ -128,10 +127,11 @@ def _seconds(variable: str, default: float) -> float:
     return value
 
 
-def matching_from_environment() -> str:
+def matching_from_environment(default: str = DEFAULT_MATCHING) -> str:
     """``RINGLET_HVD_MATCHING``: "order" (ringlet's own: every rank submits its collectives in
-    the same order) or "name" (Horovod's: matched by name, in any order)."""
-    text = os.environ.get(MATCHING_VARIABLE, "").strip().lower() or DEFAULT_MATCHING
+    the same order) or "name" (Horovod's: matched by name, in any order); ``default`` if
+    unset."""
+    text = os.environ.get(MATCHING_VARIABLE, "").strip().lower() or default
     if text not in MATCHINGS:
         raise ValueError(f"{MATCHING_VARIABLE}={os.environ[MATCHING_VARIABLE]!r}; accepted: "
                          f"{' or '.join(MATCHINGS)}")

@@ -13,6 +13,8 @@ import ringlet.hvd as hvd
 
 from mpi_fixtures import exact_input, reference
 
+pytestmark = pytest.mark.usefixtures("hvd_initialized")  # tests/hvd/conftest.py
+
 
 def test_process_queries_match_mpi(comm, rank, size):
     hvd.init()

@@ -14,6 +14,8 @@ import torch
 import ringlet
 import ringlet.hvd.torch as hvd
 
+pytestmark = pytest.mark.usefixtures("hvd_initialized")  # tests/hvd/conftest.py
+
 
 def input_of(rank: int, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(1000 * seed + rank)

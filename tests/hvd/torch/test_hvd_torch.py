@@ -12,6 +12,8 @@ from mpi4py import MPI
 
 import ringlet.hvd.torch as hvd
 
+pytestmark = pytest.mark.usefixtures("hvd_initialized")  # tests/hvd/conftest.py
+
 torch.set_num_threads(1)
 
 
@@ -211,8 +213,10 @@ def _assert_averaged(model, local: list[np.ndarray]) -> None:
 
 @pytest.fixture
 def by_order():
-    """Order matching for the test (ringlet.stats() then counts only its own collectives, not
-    name matching's cycles), and the default again after it."""
+    """Order matching for the test, and the default again after it. The test may then call
+    ringlet's own collectives from its thread (under name matching they could meet a cycle of
+    the negotiation thread in another order on another rank), and ringlet.stats() counts only
+    its own collectives, not the cycles'."""
     from ringlet.hvd._api import use_matching
     from ringlet.hvd._state import state
 
@@ -282,7 +286,7 @@ def _train(optimizer, model, steps: int, rank: int, size: int) -> None:
         optimizer.step()
 
 
-def test_buckets_are_the_plan_unless_a_threshold_overrides(monkeypatch, rank, size):
+def test_buckets_are_the_plan_unless_a_threshold_overrides(monkeypatch, rank, size, by_order):
     import ringlet
 
     monkeypatch.delenv("RINGLET_FUSION_THRESHOLD", raising=False)
