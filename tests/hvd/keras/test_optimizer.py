@@ -297,16 +297,17 @@ def test_a_partial_optimizers_local_layers_keep_their_gradients(comm, rank, size
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_init_matches_by_name_except_on_jax_where_only_order_can(monkeypatch, comm, rank,
-                                                                 size):
+def test_init_matches_as_ringlet_hvd_except_on_jax_where_only_order_can(monkeypatch, comm, rank,
+                                                                        size):
     from ringlet.hvd._api import use_matching
+    from ringlet.hvd._negotiation import DEFAULT_MATCHING
     from ringlet.hvd._state import state
 
     monkeypatch.delenv("RINGLET_HVD_MATCHING", raising=False)
     use_matching("order")  # a fresh start: init reads the default again
     hvd.init()
     try:
-        assert state.matching_by_name() == (BACKEND != "jax")
+        assert state.matching_by_name() == (BACKEND != "jax" and DEFAULT_MATCHING == "name")
         model = linear_model(hvd.DistributedOptimizer(keras.optimizers.SGD(LR)))
         before = weights(model)
         model.train_on_batch(*data(rank))  # and it trains, on every backend
@@ -316,8 +317,7 @@ def test_init_matches_by_name_except_on_jax_where_only_order_can(monkeypatch, co
             # Asked for by name, JAX's step refuses on every rank, before any collective.
             use_matching("name")
             model = linear_model(hvd.DistributedOptimizer(keras.optimizers.SGD(LR)))
-            with pytest.raises(RuntimeError, match="cannot run under name matching.*"
-                                                   r"ringlet\.hvd\.keras\.init\(\)"):
+            with pytest.raises(RuntimeError, match="cannot run under name matching"):
                 model.train_on_batch(*data(rank))
     finally:
         plain_hvd.barrier()
