@@ -24,15 +24,17 @@ runs every collective of the program must pass through it: the ones that are not
 (adding a process set, planning buckets) run on their caller's thread in their turn, every
 rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
 
-- one small ``min`` allreduce: five flags (someone announces something, someone shuts down,
-  someone has waited too long, someone has anything waiting, someone waits for more or other
-  than one synchronous call of a cached name) and one entry per cached name, 1 where this
-  rank has that name waiting (or takes no part in it). A name every rank marks runs: repeats
-  cost this one vector. Nothing is left waiting after a cycle in which nothing waited, or in
-  which every rank made one synchronous call of the same name: the ranks are then idle. (Not
-  after one asynchronous operation: more usually follow at once, as a backward pass's
-  buckets, and the timed cycles that wait for them meet a rank's submission sooner than the
-  doorbell's polls.)
+- one small ``min`` allreduce: six flags (someone announces something, someone shuts down,
+  someone has waited too long, someone has anything waiting, someone waits for something it
+  cannot mark, and whether every rank entered the cycle chasing, below), then two entries per
+  cached name: 1 where this rank has that name waiting (or takes no part in it), and -1 where
+  it has it waiting. A name every rank marks runs: repeats cost this one vector. When every
+  name some rank waits for runs, nothing is left: the ranks are idle, and the next rank that
+  submits rings. Otherwise a rank whose requests still wait (for ranks that have not
+  submitted them) enters the next cycle at once and waits in it, where the others' own
+  submissions bring them; the rest run timed cycles. (Timed cycles left in a training step
+  waited up to 7 ms for a rank whose Python thread could not get the GIL while its forward
+  pass ran, spinning meanwhile on the other.)
 - only when a rank announces something: an ``allgather_object`` of the announcements (a name
   seen for the first time, or with other arguments than its cached ones, and ``join``). Every
   rank adds them to the same table; a name all members have announced runs, or fails on every
@@ -91,8 +93,8 @@ named allreduce about 1.5x one matched by order, ``run_alone``) and passes every
 default, but costs a training step more than 3%: 4-10% on make bench-train's MLP, its buckets'
 last wait for a cycle (benchmarks/RESULTS.md, "Name matching as the default, measured")."""
 
-_FLAGS = 5  # announce, shut down, stall query, waiting, not lone
-_ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _NOT_LONE = range(_FLAGS)
+_FLAGS = 6  # announce, shut down, stall query, waiting, unmarked, chased
+_ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _UNMARKED, _CHASED = range(_FLAGS)
 _BELL_POLL = 1.0
 """Seconds an idle thread waits on the doorbell before it looks again whether it should stop."""
 _BELL_PAUSE = 0.05
@@ -174,6 +176,12 @@ class Negotiator:
         """Whether a lone allreduce may skip the cycle (``run_alone``): only the consistency
         check tells it from another rank's cycle, and only idle ranks that wait on the doorbell
         run no timed cycles."""
+        self._chasing = False
+        """Whether this rank enters the next cycle at once, not at its timer: it has requests
+        that wait only for other ranks, which meet it as they submit (see ``_cycle``)."""
+        self._chase_blocked = False
+        """Set when every rank chased and nothing ran (each waits for what another has not
+        submitted): timed cycles until something runs."""
         self._called = -1
         """The last idle cycle after which a rank rang the doorbell, as far as this rank knows
         (it rang, or heard it): the next cycle is on (see ``_may_cycle``)."""
@@ -215,7 +223,6 @@ class Negotiator:
         """Add ``request`` to the next cycle. The negotiation thread is woken at once, unless
         the caller is about to wait for it (``waited_for``): the caller then runs the cycle
         itself (``wait``), and waking the thread would only take a core from it."""
-        request.synchronous = waited_for
         with self._lock:
             if self.failure is not None:
                 raise self.failure
@@ -344,6 +351,8 @@ class Negotiator:
                     with self._lock:
                         self._called = max(self._called, heard)
                 woken = True
+            elif self._chasing:
+                woken = True
             else:
                 # A timed cycle is due a period after the last cycle, whichever thread ran it:
                 # while callers run cycles themselves, the thread need not.
@@ -432,17 +441,19 @@ class Negotiator:
             announcements.append((self._join.key, (), ""))
             self._join_announced = True
         announced = {key for key, _, _ in announcements}
-        vector = np.zeros(_FLAGS + len(self._slots), np.int32)
+        slots = len(self._slots)
+        vector = np.zeros(_FLAGS + 2 * slots, np.int32)
+        marks, held = vector[_FLAGS:_FLAGS + slots], vector[_FLAGS + slots:]
         vector[_ANNOUNCE] = -1 if announcements else 0
         vector[_SHUTDOWN] = -1 if self._shutting_down else 0
         vector[_WAITING] = -1 if self._local or self._join is not None else 0
         now = time.monotonic()
         vector[_STALL] = -1 if self._stalled(now) else 0
         joined = set(self._joined)
-        lone = False  # this rank waits for one synchronous call, which it marks ready
+        marked = 0  # of this rank's requests
         for slot, key in enumerate(self._slots):
             if key is None:
-                vector[_FLAGS + slot] = 1
+                marks[slot] = 1
                 continue
             members = key[2]
             mine = self._local.get(key)
@@ -450,13 +461,15 @@ class Negotiator:
                 ready = True  # not its business
             elif mine is not None:
                 ready = key not in announced and mine.signature == self._cache[key][1]
+                held[slot] = -1
             else:  # joined ranks take part in whatever the others run
                 ready = self.rank in joined and not set(members) <= joined
-            vector[_FLAGS + slot] = int(ready)
+            marks[slot] = int(ready)
             if ready and mine is not None:
-                lone = len(self._local) == 1 and mine.synchronous
-        vector[_NOT_LONE] = 0 if lone and not (announcements or self._join is not None
-                                               or self._shutting_down or self._joined) else -1
+                marked += 1
+        vector[_CHASED] = int(self._chasing)  # not negated: the min says whether all chased
+        vector[_UNMARKED] = -1 if (marked < len(self._local) or announcements or self._joined
+                                   or self._join is not None or self._shutting_down) else 0
         return vector, announcements
 
     def _stalled(self, now: float) -> list[Request]:
@@ -488,8 +501,8 @@ class Negotiator:
             # Names every member marked, in their slots' order, then names whose last member
             # announced them, in the order they were first announced.
             slots = self._slots
-            ready = [key for key in (slots[i] for i in np.flatnonzero(agreed[_FLAGS:] == 1))
-                     if key is not None]
+            ready = [key for key in (slots[i] for i in np.flatnonzero(
+                agreed[_FLAGS:_FLAGS + len(slots)] == 1)) if key is not None]
             for rank, theirs in enumerate(everyone):
                 for key, signature, detail in theirs:
                     if key == _JOIN_KEY:
@@ -513,14 +526,27 @@ class Negotiator:
             self._unannounced = [r for r in self._unannounced if id(r) not in running]
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
-        # Idle from now on if nothing waited, or if every rank waited for one request, the
-        # same, which runs now: nothing is left (a rank that submits more rings).
-        was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0) or (
-            agreed[_NOT_LONE] == 0 and len(ready) == 1 and ready[0][2] == self.everyone)
+        # Idle from now on if nothing is left waiting on any rank: nothing waited, or all that
+        # waited runs now (a rank that submits more rings).
+        slots = (len(agreed) - _FLAGS) // 2
+        marks, held = agreed[_FLAGS:_FLAGS + slots], agreed[_FLAGS + slots:]
+        was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0) or bool(
+            agreed[_UNMARKED] == 0 and np.all(marks[held < 0] == 1))
         if was_idle and not self._idle and self._bell is not None:
             # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
             # caller ran this cycle) for them.
             self._bell.interrupt()
+        # A rank still waiting after this cycle enters the next one at once (chases): it waits
+        # there for the other ranks, whose submissions wake them into it, so its requests start
+        # as soon as the last rank submits them, not up to a period later at its timer. Not
+        # while every rank chases in vain: each then waits for what another has not submitted,
+        # and they would cycle back to back.
+        if ready:
+            self._chase_blocked = False
+        elif agreed[_CHASED] == 1:
+            self._chase_blocked = True
+        with self._lock:
+            self._chasing = bool(self._local) and not self._chase_blocked and not self._idle
         self._started = [work for work in self._started if not work.poll()]
         self._execute(responses, mine)
         if everyone_joined:

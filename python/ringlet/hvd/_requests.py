@@ -39,8 +39,6 @@ class Request:
         """What the caller needs to run it fused (``ringlet.hvd._fusion``'s business)."""
         self._inline: threading.Event | None = None
         self.submitted = time.monotonic()
-        self.synchronous = False
-        """Whether its caller waits for it from the start (a synchronous call)."""
         self.stall_reported = False
         """Whether the stall inspector has reported it (once per request, as the core's)."""
         self.work: Any = None

@@ -227,6 +227,69 @@ def test_an_idle_negotiation_runs_no_cycle_until_a_rank_has_work(rank: int, size
         assert size == 1 or hvd.remove_process_set(alone)
 
 
+def test_the_ranks_are_idle_once_everything_that_waited_has_run(rank: int, size: int) -> None:
+    """A cycle that runs every name some rank waits for leaves nothing: the ranks are idle at
+    once (no timed cycle after a backward pass's last bucket), and stay so."""
+    negotiator = state.negotiator
+    assert negotiator is not None and negotiator._bell is not None
+    for step in range(3):
+        handles = [hvd.allreduce_async(input_of(rank, (4,), i), name=f"idle.{i}", op=hvd.Sum)
+                   for i in range(4)]
+        for i, handle in enumerate(handles):
+            np.testing.assert_array_equal(hvd.synchronize(handle),
+                                          sum(input_of(r, (4,), i) for r in range(size)))
+        assert negotiator._idle, f"step {step}: not idle after everything ran"
+    before = negotiator.cycles
+    time.sleep(0.3)
+    assert negotiator.cycles == before, "cycles ran after everything had run"
+
+
+def test_a_rank_waiting_for_others_waits_for_them_in_the_next_cycle(rank: int,
+                                                                   size: int) -> None:
+    """Rank 0's request waits for the others: rank 0 enters the next cycle at once and waits
+    there (chases), where the others' submissions meet it; they, with nothing waiting, do
+    not."""
+    negotiator = state.negotiator
+    assert negotiator is not None
+    chased = False
+    if rank == 0:
+        handle = hvd.allreduce_async(input_of(rank, (3,)), name="late", op=hvd.Sum)
+        deadline = time.monotonic() + 0.3
+        while not chased and time.monotonic() < deadline:
+            chased = negotiator._chasing
+            time.sleep(0.001)
+    else:
+        time.sleep(0.35)
+        assert not negotiator._chasing
+        handle = hvd.allreduce_async(input_of(rank, (3,)), name="late", op=hvd.Sum)
+    np.testing.assert_array_equal(hvd.synchronize(handle),
+                                  sum(input_of(r, (3,)) for r in range(size)))
+    assert chased == (rank == 0 and size > 1)
+
+
+def test_ranks_that_wait_for_each_other_do_not_cycle_without_pause(rank: int,
+                                                                   size: int) -> None:
+    """Each rank first submits a name no other rank has yet: every rank waits for another, so
+    chasing would cycle back to back; they fall back to timed cycles (one per
+    RINGLET_HVD_CYCLE_TIME, 1 ms) until the others' names come."""
+    negotiator = state.negotiator
+    assert negotiator is not None
+    names = [f"cross.{r}" for r in range(size)]
+    mine = names[rank:] + names[:rank]
+    handles = {mine[0]: hvd.allreduce_async(input_of(rank, (2,)), name=mine[0], op=hvd.Sum)}
+    time.sleep(0.05)  # the first cycles find every rank waiting for another
+    before = negotiator.cycles
+    time.sleep(0.3)
+    cycles = negotiator.cycles - before
+    handles.update({name: hvd.allreduce_async(input_of(rank, (2,)), name=name, op=hvd.Sum)
+                    for name in mine[1:]})
+    for handle in handles.values():
+        np.testing.assert_array_equal(hvd.synchronize(handle),
+                                      sum(input_of(r, (2,)) for r in range(size)))
+    # Timed: about 300 in 0.3 s (fewer under load); back to back, thousands.
+    assert cycles < 1000, cycles
+
+
 def _idle_with_cached(names: list[str], shape: tuple[int, ...]) -> Negotiator:
     """Run each name once (cached from now on), then two barriers: in the second's cycle every
     rank waits for that one cached name alone, so every rank is idle after it (waiting for a
