@@ -65,6 +65,39 @@ fn shm_is_exact_on_both_paths_for_every_dtype_and_op() {
 }
 
 #[test]
+fn shm_is_exact_with_factors_and_avg_on_both_paths() {
+    yield_while_waiting();
+    let factors = Factors {
+        pre: 2.0,
+        post: 0.5,
+    };
+    for n in walked_rank_counts(&[2, 3, 5]) {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for count in counts(n, dtype) {
+                for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+                    let per_rank = exact_inputs(n, count, op);
+                    let expected =
+                        reference_scaled(dtype, op, &per_rank, factors.pre, factors.post);
+                    let inputs = per_rank.iter().map(|v| encode(dtype, v)).collect();
+                    let setup = Setup {
+                        factors,
+                        ..Setup::default()
+                    };
+                    for (rank, outcome) in
+                        run_with(&Shm, inputs, dtype, op, &setup).iter().enumerate()
+                    {
+                        assert!(
+                            outcome.result == expected,
+                            "shm N={n} count={count} {dtype:?} {op:?} scaled: rank {rank} differs"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn shm_over_separate_buffers_is_exact() {
     yield_while_waiting();
     for n in walked_rank_counts(&[2, 3, 7]) {
