@@ -31,12 +31,20 @@ def dtype_named(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
+QUEUED_FROM = 1 << 16
+"""Bytes from which a fused allreduce is queued to the core's thread rather than run on the
+thread of the negotiation's cycle: its callers then wait for the core's completion directly,
+not for that thread to return from it and hand the result on (0.25 ms a step in make
+bench-train's MLP); a small one costs less than that hand-off."""
+
+
 def run_fused(requests: list[Request | None],
               signatures: list[tuple[Any, ...]]) -> list[HandleSet]:
     """Allreduces matched by name, fused into one collective (ringlet's grouped allreduce) run
     by the thread that runs the negotiation's cycle: this rank's tensors, or zeros where it has
-    joined. It runs now, not queued to the core's thread: the cycle's next collective would
-    wait for it anyway, and the hand-off costs more than a small collective."""
+    joined. Below ``QUEUED_FROM`` bytes it runs now, not queued to the core's thread: the
+    cycle's next collective would wait for it anyway, and the hand-off costs more than a small
+    collective."""
     settings = dict(item for item in signatures[0] if not isinstance(item[1], tuple))
     process_set = set_by_id(settings["set"])
     compression = COMPRESSOR_BY_WIRE[settings["compression"]]
@@ -56,9 +64,10 @@ def run_fused(requests: list[Request | None],
             in_place += [place] * len(arrays)
         spans.append((start, len(originals)))
     submitted = min((r.submitted for r in requests if r is not None), default=time.monotonic())
+    queued = sum(a.nbytes for a in originals) >= QUEUED_FROM
     handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
                                    settings["prescale"], settings["postscale"], process_set,
-                                   submitted=submitted)
+                                   submitted=None if queued else submitted)
     results: list[list[np.ndarray]] = []
 
     def all_results() -> list[np.ndarray]:

@@ -341,6 +341,7 @@ class Negotiator:
     def _loop(self) -> None:
         while not self._stopped:
             heard = None
+            chasing = False
             if self._idle and self._bell is not None:
                 try:
                     heard = self._bell.wait(_BELL_POLL, _BELL_PAUSE)
@@ -352,7 +353,7 @@ class Negotiator:
                         self._called = max(self._called, heard)
                 woken = True
             elif self._chasing:
-                woken = True
+                woken = chasing = True
             else:
                 # A timed cycle is due a period after the last cycle, whichever thread ran it:
                 # while callers run cycles themselves, the thread need not.
@@ -364,8 +365,9 @@ class Negotiator:
             self._wake.clear()
             # Woken by a submission while a caller runs cycles: that caller wakes it again if
             # anything is left when it stops. The timed cycles always run (other ranks wait for
-            # them), and so does a cycle another rank rang for.
-            if not self._cycling.acquire(blocking=not woken or heard is not None):
+            # them), and so do a cycle another rank rang for and a chase (which, given up, would
+            # be tried again at once, and again, holding the GIL from the caller).
+            if not self._cycling.acquire(blocking=not woken or heard is not None or chasing):
                 continue
             try:
                 self._run_cycle(timed=not woken)
@@ -468,8 +470,11 @@ class Negotiator:
             if ready and mine is not None:
                 marked += 1
         vector[_CHASED] = int(self._chasing)  # not negated: the min says whether all chased
-        vector[_UNMARKED] = -1 if (marked < len(self._local) or announcements or self._joined
-                                   or self._join is not None or self._shutting_down) else 0
+        # Requests the others know nothing of: neither marked nor announced (now or before).
+        unknown = len(self._local) - marked - sum(
+            1 for key in self._local if key in announced or key in self._table)
+        vector[_UNMARKED] = -1 if (unknown > 0 or self._joined or self._join is not None
+                                   or self._shutting_down) else 0
         return vector, announcements
 
     def _stalled(self, now: float) -> list[Request]:
@@ -526,12 +531,14 @@ class Negotiator:
             self._unannounced = [r for r in self._unannounced if id(r) not in running]
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
+            # Announced names still waiting for a member (the table is alike on every rank).
+            table_left = bool(self._table) or bool(self._joined)
         # Idle from now on if nothing is left waiting on any rank: nothing waited, or all that
         # waited runs now (a rank that submits more rings).
         slots = (len(agreed) - _FLAGS) // 2
         marks, held = agreed[_FLAGS:_FLAGS + slots], agreed[_FLAGS + slots:]
         was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0) or bool(
-            agreed[_UNMARKED] == 0 and np.all(marks[held < 0] == 1))
+            agreed[_UNMARKED] == 0 and np.all(marks[held < 0] == 1) and not table_left)
         if was_idle and not self._idle and self._bell is not None:
             # Timed cycles from now on: the thread leaves the doorbell (where it may wait, if a
             # caller ran this cycle) for them.
@@ -547,6 +554,11 @@ class Negotiator:
             self._chase_blocked = True
         with self._lock:
             self._chasing = bool(self._local) and not self._chase_blocked and not self._idle
+            left = bool(self._local)
+        if self._idle and left:
+            # Submitted while this cycle ran, or a name evicted in it and to be announced again:
+            # this rank rings for it.
+            self._poke()
         self._started = [work for work in self._started if not work.poll()]
         self._execute(responses, mine)
         if everyone_joined:

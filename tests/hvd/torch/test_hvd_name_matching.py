@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from mpi4py import MPI
 
 import ringlet
 import ringlet.hvd as hvd
@@ -227,21 +228,31 @@ def test_an_idle_negotiation_runs_no_cycle_until_a_rank_has_work(rank: int, size
         assert size == 1 or hvd.remove_process_set(alone)
 
 
-def test_the_ranks_are_idle_once_everything_that_waited_has_run(rank: int, size: int) -> None:
+def test_the_ranks_are_idle_once_everything_that_waited_has_run(rank: int, size: int,
+                                                                comm: MPI.Intracomm) -> None:
     """A cycle that runs every name some rank waits for leaves nothing: the ranks are idle at
-    once (no timed cycle after a backward pass's last bucket), and stay so."""
+    once (no timed cycle after a backward pass's last bucket), and stay so. New names too:
+    once the last member has announced them. Each rank looks between two MPI barriers (not
+    ringlet's: the negotiation does not see them), so that no rank has submitted the next step
+    yet; every rank's findings are gathered before any assertion."""
     negotiator = state.negotiator
     assert negotiator is not None and negotiator._bell is not None
+    idle = []
     for step in range(3):
-        handles = [hvd.allreduce_async(input_of(rank, (4,), i), name=f"idle.{i}", op=hvd.Sum)
-                   for i in range(4)]
+        handles = [hvd.allreduce_async(input_of(rank, (4,), 4 * step + i), name=f"idle.{i}",
+                                       op=hvd.Sum) for i in range(4)]
         for i, handle in enumerate(handles):
-            np.testing.assert_array_equal(hvd.synchronize(handle),
-                                          sum(input_of(r, (4,), i) for r in range(size)))
-        assert negotiator._idle, f"step {step}: not idle after everything ran"
+            np.testing.assert_array_equal(hvd.synchronize(handle), sum(
+                input_of(r, (4,), 4 * step + i) for r in range(size)))
+        comm.Barrier()
+        idle.append(negotiator._idle)
+        comm.Barrier()
     before = negotiator.cycles
     time.sleep(0.3)
-    assert negotiator.cycles == before, "cycles ran after everything had run"
+    quiet = negotiator.cycles == before
+    everyone = comm.allgather((idle, quiet))
+    assert all(all(steps) for steps, _ in everyone), f"idle after each step: {everyone}"
+    assert all(q for _, q in everyone), f"cycles ran after everything had run: {everyone}"
 
 
 def test_a_rank_waiting_for_others_waits_for_them_in_the_next_cycle(rank: int,
