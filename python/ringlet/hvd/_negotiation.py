@@ -90,8 +90,9 @@ MATCHINGS = ("order", "name")
 DEFAULT_MATCHING = "order"
 """Order matching stays the default for now. Name matching meets the latency target (a lone
 named allreduce about 1.5x one matched by order, ``run_alone``) and passes every suite as the
-default, but costs a training step more than 3%: 4-10% on make bench-train's MLP, its buckets'
-last wait for a cycle (benchmarks/RESULTS.md, "Name matching as the default, measured")."""
+default, but costs a training step more than 3%: 4.4-5.4% on make bench-train's MLP, the
+cycle between its bucket's last submission and its start (benchmarks/RESULTS.md, "Name
+matching", sixth step)."""
 
 _FLAGS = 6  # announce, shut down, stall query, waiting, unmarked, chased
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _UNMARKED, _CHASED = range(_FLAGS)
