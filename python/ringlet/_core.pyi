@@ -61,6 +61,7 @@ __all__ = [
     "is_initialized",
     "join",
     "kernel_level",
+    "let_through",
     "measure_combine",
     "measure_sendrecv",
     "message_limit_options",
@@ -76,6 +77,7 @@ __all__ = [
     "register_dtype",
     "remove_process_set",
     "reset_stats",
+    "set_exclusive",
     "set_stats_enabled",
     "set_thread_key",
     "settings",
@@ -466,6 +468,10 @@ def stats() -> list[AlgorithmStats]: ...
 def reset_stats() -> None: ...
 def set_stats_enabled(enabled: bool) -> None: ...
 def set_thread_key(key: int) -> None: ...
+def set_exclusive(reason: str | None) -> None:
+    """Refuse collective calls on threads not let through, saying ``reason`` (None: no more)."""
+def let_through(on: bool) -> bool:
+    """Let this thread's collectives through while they are exclusive; the previous setting."""
 def abort(code: int) -> None:
     """MPI_Abort on MPI_COMM_WORLD: ends every process of the job."""
 

@@ -113,6 +113,25 @@ def as_caller(name: str) -> Iterator[None]:
         _set_thread_key(previous)
 
 
+def make_exclusive(reason: str | None) -> None:
+    """From now on refuse (``RingletError``, saying ``reason``) every collective call made on a
+    thread that is not let through (``let_through``); None ends it. For a layer that must
+    issue every collective of the program itself: ``ringlet.hvd``'s name matching, whose
+    negotiation a call of ringlet's own API would meet in a different order on different
+    ranks. The refusal is local and sends nothing, so the ranks stay in step."""
+    _core.set_exclusive(reason)
+
+
+@contextlib.contextmanager
+def let_through() -> Iterator[None]:
+    """Let this thread's collectives through inside the block while they are exclusive."""
+    previous = _core.let_through(True)
+    try:
+        yield
+    finally:
+        _core.let_through(previous)
+
+
 def init(comm: Any = None) -> None:
     """Initialize ringlet; every other function calls this implicitly.
 

@@ -10,7 +10,7 @@ use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{
     self, allreduce_buffers, allreduce_group_async as queue_group, Group,
 };
-use crate::runtime::process::{self, caller_thread, SetId};
+use crate::runtime::process::{self, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -248,7 +248,7 @@ pub fn allreduce_group_fast(
         fusion_bytes,
         pack_below: None,
         shapes,
-        thread: caller_thread(),
+        thread: process::caller_for("allreduce")?,
         set: process_set,
     };
     detached(py, move || {
@@ -345,7 +345,7 @@ impl GroupSettings<'_> {
             fusion_bytes: self.fusion_bytes,
             pack_below: self.pack_below,
             shapes,
-            thread: caller_thread(),
+            thread: process::caller_for("allreduce")?,
             set: self.process_set,
         };
         Ok((buffers, group))

@@ -762,6 +762,19 @@ fn set_thread_key(key: u64) {
     process::set_caller_thread(key);
 }
 
+/// Refuse collective calls on threads not let through, saying `reason` (None: no more).
+#[pyfunction]
+#[pyo3(signature = (reason))]
+fn set_exclusive(reason: Option<String>) {
+    process::set_exclusive(reason);
+}
+
+/// Let this thread's collectives through while they are exclusive; the previous setting.
+#[pyfunction]
+fn let_through(on: bool) -> bool {
+    process::let_through(on)
+}
+
 /// End every process of the job now (MPI_Abort on MPI_COMM_WORLD), e.g. after an unhandled
 /// exception on one rank, which would otherwise leave the others waiting forever.
 #[pyfunction]
@@ -868,11 +881,12 @@ mod _core {
         algorithms, allgather, allreduce, allreduce_fast, alltoall, auto_refinements, barrier,
         broadcast, check_algorithm, check_parameters, choose_message_limit, default_parameters,
         dtypes, explain, finalize, group, init, install_parameters, installed_parameters,
-        is_initialized, join, kernel_level, measure_combine, measure_sendrecv,
+        is_initialized, join, kernel_level, let_through, measure_combine, measure_sendrecv,
         message_limit_options, mpi_library, nodes, ops, process_sets, reduce, reduce_scatter,
-        refuse, remove_process_set, reset_stats, set_stats_enabled, set_thread_key, settings,
-        shared_empty, shared_memory, shutdown, simulate, simulated_algorithms, simulated_network,
-        stats, uninstall_parameters, use_calibrated_message_limit, wait_policy, SharedBuffer,
+        refuse, remove_process_set, reset_stats, set_exclusive, set_stats_enabled, set_thread_key,
+        settings, shared_empty, shared_memory, shutdown, simulate, simulated_algorithms,
+        simulated_network, stats, uninstall_parameters, use_calibrated_message_limit, wait_policy,
+        SharedBuffer,
     };
     // Hooks that make the core fail on purpose, for the failure tests; not in a release.
     #[cfg(feature = "test-hooks")]

@@ -29,7 +29,7 @@ pub fn allgather(
     algorithm: &str,
     set: SetId,
 ) -> Result<Gathered> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("allgather")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             allgather_on(comm, input, dtype, itemsize, shape, algorithm, thread)
@@ -51,7 +51,7 @@ pub unsafe fn allgather_async(
     set: SetId,
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Queued<Gathered>> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("allgather")?;
     worker::submit_for_result(move || {
         // SAFETY: the caller's contract.
         let input = unsafe { input.bytes() };

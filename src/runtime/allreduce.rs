@@ -24,7 +24,7 @@ pub fn allreduce(
     algorithm: &str,
     set: SetId,
 ) -> Result<()> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("allreduce")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             allreduce_on(comm, buf, dtype, op, shape, algorithm, thread)

@@ -24,7 +24,7 @@ pub fn alltoall(
     algorithm: &str,
     set: SetId,
 ) -> Result<Gathered> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("alltoall")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             alltoall_on(

@@ -20,7 +20,7 @@ pub struct Array<'a> {
 
 /// Broadcast `array` from `root` in place, after any queued work.
 pub fn broadcast(array: Array, root: usize, algorithm: &str, set: SetId) -> Result<()> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("broadcast")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             broadcast_on(comm, array, root, algorithm, thread)
@@ -42,7 +42,7 @@ pub unsafe fn broadcast_async(
     set: SetId,
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Arc<Completion>> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("broadcast")?;
     worker::submit(Box::new(move || {
         // SAFETY: the caller's contract.
         let bytes = unsafe { buffer.slice() };

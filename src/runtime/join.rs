@@ -43,7 +43,7 @@ fn replay_with_zeros(replay: &Replay, comm: &Communicator, tuning: &Tuning) -> R
 
 /// Join on process set `set` (after any queued work); the rank that joined last.
 pub fn join(set: SetId) -> Result<usize> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("join")?;
     worker::run_in_order(|| process::with_communicator(set, |comm| join_on(comm, thread)))
 }
 

@@ -69,7 +69,7 @@ pub fn finalize() -> bool {
 
 /// Wait until every rank has called it (after any queued work).
 pub fn barrier(set: SetId) -> Result<()> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("barrier")?;
     worker::run_in_order(|| process::with_communicator(set, |comm| barrier_on(comm, thread)))
 }
 
@@ -87,8 +87,8 @@ pub fn barrier_on(comm: &Communicator, thread: u64) -> Result<()> {
 /// arguments): take part in its check anyway, so that the ranks stay in step. The other ranks
 /// get `MismatchError` naming `reason` unless they refused too; the caller raises its own error.
 pub fn refuse(kind: &str, reason: String, set: SetId) -> Result<()> {
+    let thread = process::caller_for(kind)?;
     let kind = Kind::from_name(kind)?;
-    let thread = process::caller_thread();
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             // The caller raises its own exception; this one only says the same thing.

@@ -377,6 +377,40 @@ pub fn as_caller<R>(key: u64, f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// Why collective calls are refused on threads not let through ([`let_through`]), if they are:
+/// set while another layer (`ringlet.hvd`'s name matching) must be the only one that issues
+/// collectives, lest a call meet its collectives in a different order on different ranks.
+static EXCLUSIVE: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    static LET_THROUGH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Refuse, from now on, every collective call made on a thread not let through, saying
+/// `reason`; `None` ends it. Local: the refusal sends nothing, so ranks stay in step.
+pub fn set_exclusive(reason: Option<String>) {
+    *EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+}
+
+/// Let this thread's collective calls through while collectives are exclusive (or not); the
+/// previous setting.
+pub fn let_through(on: bool) -> bool {
+    LET_THROUGH.with(|flag| flag.replace(on))
+}
+
+/// This thread's key for a call of collective `what` ([`caller_thread`]), unless collectives
+/// are exclusive to another layer and this thread is not let through.
+pub fn caller_for(what: &str) -> Result<u64> {
+    if !LET_THROUGH.with(Cell::get) {
+        if let Some(reason) = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(CoreError::Communication(format!(
+                "{what} refused: {reason}"
+            )));
+        }
+    }
+    Ok(caller_thread())
+}
+
 /// This thread's key: what the Python layer set, else its number among the threads that made
 /// collective calls, in order of first use.
 pub fn caller_thread() -> u64 {

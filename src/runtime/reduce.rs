@@ -45,7 +45,7 @@ pub fn reduce(
     algorithm: &str,
     set: SetId,
 ) -> Result<bool> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("reduce")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             reduce_on(comm, data, dtype, op, shape, root, algorithm, thread)

@@ -32,7 +32,7 @@ pub fn reduce_scatter(
     algorithm: &str,
     set: SetId,
 ) -> Result<Block> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("reduce_scatter")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
             reduce_scatter_on(comm, input, dtype, op, shape, counts, algorithm, thread)
@@ -57,7 +57,7 @@ pub unsafe fn reduce_scatter_async(
     set: SetId,
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Queued<Block>> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("reduce_scatter")?;
     worker::submit_for_result(move || {
         // SAFETY: the caller's contract.
         let input = unsafe { input.bytes() };

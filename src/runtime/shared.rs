@@ -20,7 +20,7 @@ pub fn status(set: SetId) -> Result<(bool, String, bool)> {
 /// A zeroed array of `nbytes` in shared memory, on every rank of process set `set` (after any
 /// queued work).
 pub fn allocate(nbytes: usize, set: SetId) -> Result<SharedArray> {
-    let thread = process::caller_thread();
+    let thread = process::caller_for("shared memory")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| allocate_on(comm, nbytes, thread))
     })

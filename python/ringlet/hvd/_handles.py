@@ -162,7 +162,8 @@ def collectively(what: str, run: Callable[[], Any], process_set: Any = None) -> 
     assert isinstance(handle, Negotiated)
     try:
         handle.synchronize()
-        return run()
+        with ringlet.let_through():
+            return run()
     finally:
         handle.request.resumed.set()
 

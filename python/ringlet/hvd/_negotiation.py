@@ -112,6 +112,13 @@ _LANE_WAIT = 0.001
 briefly whenever it wakes) before the call is submitted as usual: given up at once, such a
 call rang the doorbell, whose cycle met the other ranks' lone calls, and so on, for a third
 of the calls at 3 ranks."""
+EXCLUSIVE = ("ringlet.hvd matches operations by name (RINGLET_HVD_MATCHING=name) and ringlet runs "
+             "one collective at a time in a process: a collective of ringlet's own API beside "
+             "it could meet the negotiation's in another order on another rank, and wait "
+             "forever. Call it through ringlet.hvd (hvd.allreduce, hvd.broadcast, ...), or "
+             "match by order (RINGLET_HVD_MATCHING=order)")
+"""Why ringlet's own collectives are refused on threads other than the negotiation's while it
+runs (``ringlet.make_exclusive``)."""
 CYCLE_CALLER = "ringlet.hvd negotiation"
 """The caller (``ringlet.as_caller``) of a cycle's collectives, whichever thread runs them."""
 _JOIN_KEY: Key = ("join", "join", ())
@@ -149,6 +156,9 @@ class Negotiator:
     ``run_fused(requests, signatures)`` is given, in order, the allreduces to fuse into one
     collective (this rank's requests, or None where this rank has joined and adds zeros of the
     signature's shapes and dtypes) and returns one handle per request."""
+
+    exclusive_owner: Negotiator | None = None
+    """The negotiation that made ringlet's collectives exclusive to it (the running one)."""
 
     def __init__(self, run_fused: Callable[[list[Request | None], list[tuple[Any, ...]]],
                                            list[Any]]) -> None:
@@ -214,6 +224,8 @@ class Negotiator:
         """When the last cycle's vector was agreed (``time.monotonic()``)."""
         self._started: list[Any] = []
         """Handles of what it started, not yet seen finished."""
+        ringlet.make_exclusive(EXCLUSIVE)
+        Negotiator.exclusive_owner = self
         self._thread = threading.Thread(target=self._loop, name="ringlet.hvd negotiation",
                                         daemon=True)
         self._thread.start()
@@ -262,7 +274,7 @@ class Negotiator:
                     return None
             self._in_cycle.active = True
             try:
-                with ringlet.as_caller(lane_caller(cached[0])):
+                with ringlet.as_caller(lane_caller(cached[0])), ringlet.let_through():
                     handle = run()
             except ringlet.MismatchError:
                 return None  # another rank runs a cycle (see above)
@@ -340,6 +352,15 @@ class Negotiator:
             self._bell.interrupt()
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            # ringlet's own collectives are the program's again, however negotiation ended.
+            if Negotiator.exclusive_owner is self:  # not a later negotiation's
+                ringlet.make_exclusive(None)
+                Negotiator.exclusive_owner = None
+
+    def _serve(self) -> None:
         while not self._stopped:
             heard = None
             chasing = False
@@ -407,7 +428,7 @@ class Negotiator:
         try:
             if not self._may_cycle(timed):
                 return
-            with ringlet.as_caller(CYCLE_CALLER):
+            with ringlet.as_caller(CYCLE_CALLER), ringlet.let_through():
                 going_on = self._cycle()
         except BaseException as exc:
             self._stop(exc)

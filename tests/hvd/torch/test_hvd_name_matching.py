@@ -53,6 +53,31 @@ def restart_matching(monkeypatch: pytest.MonkeyPatch, variable: str, value: str)
     use_matching("name")
 
 
+def test_ringlets_own_collectives_are_refused_beside_it_and_the_ranks_stay_in_step(
+        rank: int, size: int) -> None:
+    """A collective of ringlet's own API while ringlet.hvd matches by name would meet the
+    negotiation's in another order on another rank and hang; it is refused instead, on the
+    calling rank alone (nothing is sent), its buffer untouched, and every collective after it
+    runs right: ringlet.hvd's at once, ringlet's own once name matching has stopped."""
+    x = np.full(4, rank + 1.0, np.float32)
+    calls = [lambda: ringlet.allreduce(x, "sum", out=x), ringlet.barrier,
+             lambda: ringlet.average_gradients([x]), lambda: ringlet.allgather_object(rank),
+             lambda: ringlet.allreduce_async(x, "sum", out=x)]
+    if rank == 0:  # one rank alone: the others go straight on
+        calls.append(lambda: ringlet.broadcast(x, 0, out=x))
+    for call in calls:
+        with pytest.raises(ringlet.RingletError, match=r"refused: ringlet\.hvd matches "
+                           r"operations by name .*\(RINGLET_HVD_MATCHING=order\)"):
+            call()
+        np.testing.assert_array_equal(x, np.full(4, rank + 1.0, np.float32))
+    out = hvd.allreduce(x, name="after the refusals", op=hvd.Sum)
+    np.testing.assert_array_equal(out, np.full(4, size * (size + 1) / 2, np.float32))
+    hvd.barrier()
+    use_matching("order")
+    assert ringlet.allreduce(x, "sum")[0] == size * (size + 1) / 2
+    use_matching("name")
+
+
 def test_names_submitted_in_different_orders_meet(rank: int, size: int) -> None:
     names = [f"t{i}" for i in range(5)]
     shapes = {name: (3 + i, 2) for i, name in enumerate(names)}
