@@ -328,16 +328,18 @@ def test_ranks_that_wait_for_each_other_do_not_cycle_without_pause(rank: int,
 
 def _idle_with_cached(names: list[str], shape: tuple[int, ...]) -> Negotiator:
     """Run each name once (cached from now on), then two barriers: in the second's cycle every
-    rank waits for that one cached name alone, so every rank is idle after it (waiting for a
-    rank to see its negotiation idle could wait forever: a rank that saw it first may have
-    submitted again)."""
+    rank waits for that one cached name alone, so every rank is idle after it. Every rank
+    looks in an MPI allgather (not ringlet's: the negotiation does not see it), before any
+    rank submits again: a rank that went on first would make the others' negotiation busy
+    with its next call, and fail them alone."""
     negotiator = state.negotiator
     assert negotiator is not None and negotiator._bell is not None
     for name in names:
         hvd.allreduce(np.zeros(shape, np.float32), name=name, op=hvd.Sum)
     hvd.barrier()
     hvd.barrier()
-    assert negotiator._idle
+    idle = MPI.COMM_WORLD.allgather(negotiator._idle)
+    assert all(idle), f"idle on each rank after the barriers: {idle}"
     return negotiator
 
 
