@@ -381,6 +381,8 @@ pub fn as_caller<R>(key: u64, f: impl FnOnce() -> R) -> R {
 /// set while another layer (`ringlet.hvd`'s name matching) must be the only one that issues
 /// collectives, lest a call meet its collectives in a different order on different ranks.
 static EXCLUSIVE: Mutex<Option<String>> = Mutex::new(None);
+/// Whether `EXCLUSIVE` holds a reason: every collective call reads this, not the mutex.
+static EXCLUSIVE_ON: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     static LET_THROUGH: Cell<bool> = const { Cell::new(false) };
@@ -389,7 +391,9 @@ thread_local! {
 /// Refuse, from now on, every collective call made on a thread not let through, saying
 /// `reason`; `None` ends it. Local: the refusal sends nothing, so ranks stay in step.
 pub fn set_exclusive(reason: Option<String>) {
-    *EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+    let mut exclusive = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner());
+    EXCLUSIVE_ON.store(reason.is_some(), Ordering::Release);
+    *exclusive = reason;
 }
 
 /// Let this thread's collective calls through while collectives are exclusive (or not); the
@@ -401,7 +405,7 @@ pub fn let_through(on: bool) -> bool {
 /// This thread's key for a call of collective `what` ([`caller_thread`]), unless collectives
 /// are exclusive to another layer and this thread is not let through.
 pub fn caller_for(what: &str) -> Result<u64> {
-    if !LET_THROUGH.with(Cell::get) {
+    if EXCLUSIVE_ON.load(Ordering::Acquire) && !LET_THROUGH.with(Cell::get) {
         if let Some(reason) = EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             return Err(CoreError::Communication(format!(
                 "{what} refused: {reason}"

@@ -465,9 +465,9 @@ class Negotiator:
             announcements.append((self._join.key, (), ""))
             self._join_announced = True
         announced = {key for key, _, _ in announcements}
-        slots = len(self._slots)
-        vector = np.zeros(_FLAGS + 2 * slots, np.int32)
-        marks, held = vector[_FLAGS:_FLAGS + slots], vector[_FLAGS + slots:]
+        width = len(self._slots)
+        vector = np.zeros(_FLAGS + 2 * width, np.int32)
+        marks, held = vector[_FLAGS:_FLAGS + width], vector[_FLAGS + width:]
         vector[_ANNOUNCE] = -1 if announcements else 0
         vector[_SHUTDOWN] = -1 if self._shutting_down else 0
         vector[_WAITING] = -1 if self._local or self._join is not None else 0
@@ -554,11 +554,11 @@ class Negotiator:
             responses = [self._respond(key, joined) for key in ready]
             everyone_joined = len(joined) == self.size
             # Announced names still waiting for a member (the table is alike on every rank).
-            table_left = bool(self._table) or bool(self._joined)
+            table_left = bool(self._table)
         # Idle from now on if nothing is left waiting on any rank: nothing waited, or all that
         # waited runs now (a rank that submits more rings).
-        slots = (len(agreed) - _FLAGS) // 2
-        marks, held = agreed[_FLAGS:_FLAGS + slots], agreed[_FLAGS + slots:]
+        width = (len(agreed) - _FLAGS) // 2
+        marks, held = agreed[_FLAGS:_FLAGS + width], agreed[_FLAGS + width:]
         was_idle, self._idle = self._idle, bool(agreed[_WAITING] == 0) or bool(
             agreed[_UNMARKED] == 0 and np.all(marks[held < 0] == 1) and not table_left)
         if was_idle and not self._idle and self._bell is not None:
