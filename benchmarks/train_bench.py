@@ -16,8 +16,11 @@ Each path trains its own copy of the model from the same initial weights on the 
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend.
 
 A round runs a block of steps of each path, in an order that rotates from round to round; a
-step's time and parts are those of its slowest rank. Printed per model and path: the median
-step and the medians of its parts:
+step's time and parts are those of its slowest rank. Each block starts with untimed steps
+(``--block-warmup``, every path alike): a path's first steps after another's are not its
+steady state (name matching's negotiation starts afresh with each of its blocks, and its first
+two steps announce the buckets' names and set up their lone runs: 2-12 ms more each). Printed
+per model and path: the median step and the medians of its parts:
 - compute: forward and backward (for ringlet, with its allreduces running in the background);
 - exposed: communication still running after backward (ringlet: ``synchronize()``; DDP waits
   inside backward, so its exposed part is its forward+backward minus the ``none`` path's);
@@ -208,12 +211,14 @@ def _matching(path: Path) -> Iterator[None]:
         use_matching("order")
 
 
-def run_block(path: Path, steps: int, comm: MPI.Comm) -> None:
+def run_block(path: Path, steps: int, comm: MPI.Comm, warmup: int = 0) -> None:
     default_wait = _core.wait_policy()
     if path.variant.wait is not None:
         _core.wait_policy(*path.variant.wait)
     comm.Barrier()
     with _matching(path):
+        for _ in range(warmup):
+            path.step()
         local = np.array([[t[p] for p in MEASURES]
                           for t in (path.step() for _ in range(steps))])
     # A step takes as long as its slowest rank, and its parts are that rank's (the parts' own
@@ -309,6 +314,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=10, help="steps per block")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per path first")
+    parser.add_argument("--block-warmup", type=int, default=2,
+                        help="untimed steps at the start of every block")
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=SPEC",
         help="another ringlet path, e.g. spinning=spin=1000,sleep=0, one-bucket=buckets=64M or "
@@ -325,7 +332,8 @@ def main() -> int:
     results: dict[str, Any] = {
         "command": " ".join(["mpirun", "-n", str(comm.size), "python", *sys.argv]),
         "date": date.today().isoformat(), "machine": f"{platform.node()}, {os.cpu_count()} cores",
-        "ranks": comm.size, "rounds": args.rounds, "steps_per_block": args.steps, "models": {},
+        "ranks": comm.size, "rounds": args.rounds, "steps_per_block": args.steps,
+        "block_warmup": args.block_warmup, "models": {},
     }
     variants = {}
     for item in args.variant:
@@ -344,7 +352,7 @@ def main() -> int:
         for round_ in range(args.rounds):
             order = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in order:
-                run_block(paths[name], args.steps, comm)
+                run_block(paths[name], args.steps, comm, args.block_warmup)
         equal_to_ddp, same_everywhere = parameters_agree(paths, comm)
         agreed &= equal_to_ddp and same_everywhere
         rows = summarize(paths)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
+import functools
 import os
 import sys
 import threading
 import time
 import warnings
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,20 +96,31 @@ def _set_thread_key(key: int) -> None:
     thread_state.registered = True
 
 
-@contextlib.contextmanager
-def as_caller(name: str) -> Iterator[None]:
-    """Count this thread's collectives inside the block as caller ``name``'s in the
-    consistency check, instead of the thread's own (its name). For frameworks that run a
-    program's collectives on pool threads whose names differ between ranks (TensorFlow's graph
-    executor): each rank's collectives under one ``name`` still pair up in order. Blocks
-    nest: the key in force before the block is restored after it."""
-    register_thread()
-    previous = thread_state.key
-    _set_thread_key(zlib.crc32(f"caller:{name}".encode()))
-    try:
-        yield
-    finally:
-        _set_thread_key(previous)
+class as_caller:  # lower case: called as a function; a class only to be cheap
+    """Count this thread's collectives inside the block (``with ringlet.as_caller(name):``) as
+    caller ``name``'s in the consistency check, instead of the thread's own (its name). For
+    frameworks that run a program's collectives on pool threads whose names differ between
+    ranks (TensorFlow's graph executor): each rank's collectives under one ``name`` still pair
+    up in order. Blocks nest: the key in force before the block is restored after it."""
+
+    __slots__ = ("_key", "_previous")
+
+    def __init__(self, name: str) -> None:
+        self._key = _caller_key(name)
+        self._previous = 0
+
+    def __enter__(self) -> None:
+        register_thread()
+        self._previous = thread_state.key
+        _set_thread_key(self._key)
+
+    def __exit__(self, *exc: object) -> None:
+        _set_thread_key(self._previous)
+
+
+@functools.lru_cache(maxsize=4096)
+def _caller_key(name: str) -> int:
+    return zlib.crc32(f"caller:{name}".encode())
 
 
 def make_exclusive(reason: str | None) -> None:
@@ -122,14 +132,17 @@ def make_exclusive(reason: str | None) -> None:
     _core.set_exclusive(reason)
 
 
-@contextlib.contextmanager
-def let_through() -> Iterator[None]:
-    """Let this thread's collectives through inside the block while they are exclusive."""
-    previous = _core.let_through(True)
-    try:
-        yield
-    finally:
-        _core.let_through(previous)
+class let_through:  # lower case: called as a function; a class only to be cheap
+    """Let this thread's collectives through inside the block (``with
+    ringlet.let_through():``) while they are exclusive."""
+
+    __slots__ = ("_previous",)
+
+    def __enter__(self) -> None:
+        self._previous = _core.let_through(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _core.let_through(self._previous)
 
 
 def init(comm: Any = None) -> None:

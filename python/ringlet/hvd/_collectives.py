@@ -126,10 +126,12 @@ class Collectives:
             process_set, op=op_name,
             prescale=float(prescale), postscale=float(postscale), compression=wire,
             fusable=not custom)
-        negotiator = state.negotiator
-        if now and not custom and name is not None and is_global(process_set):
-            # A synchronous call of a name every rank has run before: at once, if every rank
-            # is idle (``Negotiator.run_alone``).
+        # A name every rank has run before may start at once while every rank is idle
+        # (``Negotiator.run_alone``), if it is one collective (scaled integers are two).
+        alone = (name is not None and not custom and is_global(process_set) and not (
+            (prescale != 1.0 or postscale != 1.0) and any(a.dtype.kind in "iu" for a in arrays)))
+        if alone and now:  # no request to build unless it has to be submitted
+            negotiator = state.negotiator
             key = ("allreduce", str(name), negotiator.everyone)
             if key not in state.in_flight:
                 ran = negotiator.run_alone(key, signature, start)
@@ -137,7 +139,7 @@ class Collectives:
                     return ran
         return named("allreduce", name, start, signature, process_set,
                      None if custom else (backend, tensors, arrays, in_place, single),
-                     waited_for=now)
+                     waited_for=now, alone=alone and not now)
 
     def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,

@@ -37,6 +37,15 @@ class HandleSet:
                 self.release_name()
         return self.result
 
+    def outcome(self) -> None:
+        """Wait until its collectives have run, without handing their results on; raises
+        their error."""
+        work = self.work
+        if isinstance(work, HandleSet):
+            work.outcome()
+        elif work is not None:
+            work.wait()
+
     def release_name(self) -> None:
         """Free this handle's name for the next operation (``named``)."""
         if self.name is not None and state.in_flight.get(self.name) is self:
@@ -54,7 +63,8 @@ class HandleSet:
 
 class Negotiated(HandleSet):
     """The handle of an operation matched by name: it finishes once the negotiation has run it
-    (every member submitted it) and its collective has finished."""
+    (every member submitted it) and its collective has finished, or once its lone run
+    (``Negotiator.run_alone``) has paired up and finished."""
 
     def __init__(self, negotiator: Negotiator, request: Request) -> None:
         super().__init__(None, lambda: None)
@@ -62,22 +72,31 @@ class Negotiated(HandleSet):
 
     def poll(self) -> bool:
         request = self.request
-        return self.finished or (request.ran.is_set() and (
-            request.work is None or request.work.poll()))
+        if self.finished:
+            return True
+        if request.lone is not None:
+            paired = self.negotiator.settle(request, block=False)
+            if paired is not False:
+                return bool(paired)
+        return request.ran.is_set() and (request.work is None or request.work.poll())
 
     def synchronize(self) -> Any:
         if not self.finished:
             try:
-                value = self.negotiator.wait(self.request)
-                work = self.request.work
-                self.result = work.synchronize() if work is not None else value
+                request = self.request
+                if request.lone is not None and self.negotiator.settle(request):
+                    self.result = request.lone.synchronize()
+                else:
+                    value = self.negotiator.wait(request)
+                    work = request.work
+                    self.result = work.synchronize() if work is not None else value
                 self.finished = True
             finally:
                 self.release_name()
         return self.result
 
     def timing(self) -> tuple[float, float] | None:
-        work = self.request.work
+        work = self.request.lone or self.request.work
         return work.timing() if work is not None else None
 
     done, wait = poll, synchronize
@@ -95,7 +114,7 @@ def finished_handle(result: Any) -> HandleSet:
 def named(collective: str, name: Any, start: Callable[[], HandleSet],
           signature: tuple[Any, ...] = (), process_set: Any = None,
           payload: Any = None, detail: str | None = None, inline: bool = False,
-          waited_for: bool = False) -> HandleSet:
+          waited_for: bool = False, alone: bool = False) -> HandleSet:
     """``start()`` the operation, unless one of the same collective and ``name`` is still in
     flight on this rank: then ValueError (Horovod's words) before anything is sent. A name is
     in flight until its handle is synchronized (successfully or not), not merely until its
@@ -109,6 +128,8 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
     ``payload`` lets it be fused with others (``start`` is then unused); an ``inline`` one is
     run by the caller when its turn comes (``collectively``); one ``waited_for`` is
     synchronized by the caller at once (a synchronous call), which runs the cycles itself.
+    An asynchronous one that may run ``alone`` (an allreduce of every rank, its name given) is
+    started at once while every rank is idle, without a cycle (``Negotiator.run_alone``).
     """
     if name is None and state.negotiator is None:
         return start()
@@ -133,8 +154,10 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
         request = Request(collective, str(name), signature, members,
                           None if payload is not None else start, detail)
         request.payload, request.inline = payload, inline
-        state.negotiator.submit(request, waited_for)
-        handle = Negotiated(state.negotiator, request)
+        negotiator = state.negotiator
+        if not alone or negotiator.run_alone(request.key, signature, start, request) is None:
+            negotiator.submit(request, waited_for)
+        handle = Negotiated(negotiator, request)
     if key is not None:
         state.in_flight[key] = handle
         handle.name = key

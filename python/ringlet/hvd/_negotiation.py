@@ -47,12 +47,15 @@ rank's negotiation waiting meanwhile (``inline`` requests). A cycle is:
   what it waits in and for which rank, and rank 0 names, for each name, the ranks that have not
   submitted it (the stall inspector).
 
-While the ranks are idle, a synchronous allreduce of a cached name skips the cycle
-(``run_alone``): each rank that calls it runs its collective at once, which pairs up with the
-other ranks' same call as their cycle. A rank that has other work runs a cycle instead, which
-meets the lone call in the consistency check: the check fails on every rank before anything
-is written, and they all run the cycle. A lone named allreduce then costs what one matched by
-order does, plus building its key and signature.
+While the ranks are idle, an allreduce of a cached name skips the cycle (``run_alone``): each
+rank that calls it starts its collective at once, which pairs up with the other ranks' same
+call as their cycle. A rank that has other work runs a cycle instead, which meets the lone
+call in the consistency check: the check fails on every rank before anything is written, and
+they all run the cycle, where the lone call's request then waits. A lone named allreduce, and
+a training step's bucket, then cost what one matched by order does, plus building its key and
+signature. An asynchronous one learns how its lone run ended when its handle is polled or
+synchronized, or at its rank's next cycle, whichever comes first; one lone run is under way
+at a time.
 
 Joined ranks (``join``) take part in every allreduce the others run, with zeros; other
 collectives fail on every rank while a rank has joined. Mismatches and joins are reported in
@@ -108,10 +111,14 @@ _MOST_NAMES = 1_000_000
 """The largest response cache: the slots' caller keys (``lane_caller``) are distinct up to
 here (tests/hvd/torch/test_hvd_name_matching.py checks it)."""
 _LANE_WAIT = 0.001
-"""Seconds a lone allreduce waits for this rank's thread to let go of the cycle (it holds it
-briefly whenever it wakes) before the call is submitted as usual: given up at once, such a
-call rang the doorbell, whose cycle met the other ranks' lone calls, and so on, for a third
-of the calls at 3 ranks."""
+"""Seconds a synchronous lone allreduce waits for this rank's thread to let go of the cycle (it
+holds it briefly whenever it wakes) before the call is submitted as usual: given up at once,
+such a call rang the doorbell, whose cycle met the other ranks' lone calls, and so on, for a
+third of the calls at 3 ranks."""
+_SIT_OUT = 8
+"""How many of its next calls an asynchronous allreduce whose lone run gave way submits as
+usual before it runs alone again: in a burst submitted in different orders on different ranks
+(which only name matching pairs), every first call would meet another name's and give way."""
 EXCLUSIVE = ("ringlet.hvd matches operations by name (RINGLET_HVD_MATCHING=name) and ringlet runs "
              "one collective at a time in a process: a collective of ringlet's own API beside "
              "it could meet the negotiation's in another order on another rank, and wait "
@@ -219,7 +226,12 @@ class Negotiator:
         """Why negotiation stopped (every later request raises it)."""
         self.cycles = 0
         self.ran_alone = 0
-        """How many of the cycles were a lone allreduce's (``run_alone``)."""
+        """How many lone allreduces paired up in place of a cycle (``run_alone``)."""
+        self._lone: Request | None = None
+        """The asynchronous lone run not yet settled (``run_alone``)."""
+        self._sitting_out: dict[Key, int] = {}
+        """Names whose last asynchronous lone run gave way: how many calls each still sits out
+        (``_SIT_OUT``)."""
         self._last_cycle = time.monotonic()
         """When the last cycle's vector was agreed (``time.monotonic()``)."""
         self._started: list[Any] = []
@@ -239,22 +251,19 @@ class Negotiator:
         with self._lock:
             if self.failure is not None:
                 raise self.failure
-            self._local[request.key] = request
-            cached = self._cache.get(request.key)
-            if cached is None or cached[1] != request.signature:
-                self._unannounced.append(request)
+            self._queue(request)
         # At once: its name stays taken until its handle is synchronized (``_handles.named``),
         # so an operation that finishes before its caller's next line lets no name through
         # twice.
         if not waited_for or request.inline:
             self._poke()
 
-    def run_alone(self, key: Key, signature: tuple[Any, ...],
-                  run: Callable[[], Any]) -> Any:
-        """A synchronous allreduce of a cached name, run at once without agreeing first, when
-        every rank was idle after the last cycle and this one has nothing else waiting:
-        ``run()`` (on the negotiation's communicator, as in a cycle) returns its handle, or
-        this returns None and the caller submits the request as usual.
+    def run_alone(self, key: Key, signature: tuple[Any, ...], run: Callable[[], Any],
+                  request: Request | None = None) -> Any:
+        """An allreduce of a cached name, started at once without agreeing first, when every
+        rank was idle after the last cycle and this one has nothing else waiting: ``run()``
+        (on the negotiation's communicator, as in a cycle) starts it and returns its handle,
+        which this returns; or this returns None and the caller submits its request as usual.
 
         Every rank that runs the same name this way meanwhile makes the same call, which pairs
         up as the cycle's: one collective, as matched by order, instead of a cycle and its
@@ -262,13 +271,28 @@ class Negotiator:
         never pair up. A rank that runs a cycle instead (it had other work, and rang the
         doorbell) meets this call with its vector: the check fails on every rank before
         anything is written, the cycle's ranks send their vector again, and this rank submits
-        the request, which that cycle then sees."""
-        if not (self._alone and self._idle) or not self._cycling.acquire(timeout=_LANE_WAIT):
+        the request, which that cycle then sees.
+
+        A synchronous call knows at once whether it paired up. An asynchronous one (its
+        ``request`` given) learns later: its run is ``request.lone`` until ``settle`` (its
+        caller's poll or
+        synchronize, or this rank's next cycle, whichever comes first) knows how it ended,
+        and submits the request if it gave way. One lone run at a time: a cycle's vector sent
+        again must meet this rank's vector, not a second lone run."""
+        # An asynchronous call behind another's lone run gives up at once: in a burst, each
+        # would otherwise wait while this rank's cycle waits for that run.
+        if not (self._alone and self._idle) or (request is not None and (
+                self._lone is not None or self._local or self._sits_out(key))):
+            return None
+        if not self._cycling.acquire(timeout=_LANE_WAIT):
             return None
         try:
+            if self._lone is not None:
+                self.settle(self._lone, block=False)
             with self._lock:
                 cached = self._cache.get(key)
-                if (cached is None or cached[1] != signature or not self._idle or self._local
+                if (cached is None or cached[1] != signature or not self._idle
+                        or self._local or self._lone is not None or self._called >= self.cycles
                         or self._join is not None or self._joined or self._shutting_down
                         or self._stopped):
                     return None
@@ -283,16 +307,75 @@ class Negotiator:
                 raise
             finally:
                 self._in_cycle.active = False
-            self.cycles += 1
-            self.ran_alone += 1
-            self._last_cycle = time.monotonic()
             with self._lock:
-                self._cache.move_to_end(key)
+                if request is None:
+                    self._paired(key)
+                else:
+                    request.lone, self._lone = handle, request
         finally:
             self._cycling.release()
         if self._pending():
             self._poke()  # the thread skipped a wake-up while this ran
         return handle
+
+    def _sits_out(self, key: Key) -> bool:
+        """Whether a call of ``key`` sits out its turn to run alone (``_SIT_OUT``); counts it."""
+        if key not in self._sitting_out:
+            return False
+        with self._lock:
+            left = self._sitting_out.pop(key, 0) - 1
+            if left > 0:
+                self._sitting_out[key] = left
+        return True
+
+    def settle(self, request: Request, block: bool = True) -> bool | None:
+        """How ``request``'s lone run (``run_alone``) ended: True if it paired up (its handle
+        stays ``request.lone``), False if it gave way to another rank's cycle (the request is
+        then submitted, and ``request.lone`` None); None while that is not known and not
+        ``block``. The first thread that knows settles it; the others see the same answer."""
+        lone = request.lone
+        if lone is None:
+            return False
+        if not block and not lone.poll():
+            return None
+        failure: BaseException | None = None
+        try:
+            lone.outcome()
+            paired = True
+        except ringlet.MismatchError:
+            paired = False
+        except BaseException as exc:  # as a cycle's failure; its caller's synchronize raises it
+            paired, failure = True, exc
+        with self._lock:
+            if self._lone is not request:  # another thread settled it meanwhile
+                return request.lone is not None
+            self._lone = None
+            if paired:
+                self._paired(request.key)
+            else:
+                request.lone = None
+                self._sitting_out[request.key] = _SIT_OUT
+                self._queue(request)
+        if failure is not None:
+            self._stop(failure)
+        elif not paired:
+            self._poke()
+        return paired
+
+    def _paired(self, key: Key) -> None:
+        """Under the lock: a lone run of ``key`` paired up on every rank (not a cycle: no rank
+        counts it as one, so the doorbell's cycle numbers stay alike)."""
+        self.ran_alone += 1
+        if key in self._cache:
+            self._cache.move_to_end(key)
+
+    def _queue(self, request: Request) -> None:
+        """Under the lock: ``request`` waits for the next cycle, announced there unless its name
+        is cached with its arguments."""
+        self._local[request.key] = request
+        cached = self._cache.get(request.key)
+        if cached is None or cached[1] != request.signature:
+            self._unannounced.append(request)
 
     def join(self) -> int:
         """Join (see the module's text); the rank that joined last."""
@@ -426,8 +509,14 @@ class Negotiator:
         consistency check)."""
         self._in_cycle.active = True
         try:
+            lone = self._lone
+            if lone is not None:
+                self.settle(lone, block=False)  # given way: this cycle brings its request
             if not self._may_cycle(timed):
                 return
+            lone = self._lone
+            if lone is not None:
+                self.settle(lone)  # it comes first in the core's queue anyway
             with ringlet.as_caller(CYCLE_CALLER), ringlet.let_through():
                 going_on = self._cycle()
         except BaseException as exc:

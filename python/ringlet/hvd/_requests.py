@@ -41,6 +41,9 @@ class Request:
         self.submitted = time.monotonic()
         self.stall_reported = False
         """Whether the stall inspector has reported it (once per request, as the core's)."""
+        self.lone: Any = None
+        """The handle of its lone run (``Negotiator.run_alone``) until that run is known to have
+        paired up: None once it gave way, and the request was submitted."""
         self.work: Any = None
         self.error: BaseException | None = None
         self.value: Any = None

@@ -24,7 +24,13 @@ import ringlet.hvd as hvd
 import ringlet.hvd.torch as hvd_torch
 from ringlet.hvd._api import use_matching
 from ringlet.hvd._fusion import dtype_named
-from ringlet.hvd._negotiation import _MOST_NAMES, CYCLE_CALLER, Negotiator, lane_caller
+from ringlet.hvd._negotiation import (
+    _MOST_NAMES,
+    _SIT_OUT,
+    CYCLE_CALLER,
+    Negotiator,
+    lane_caller,
+)
 from ringlet.hvd._state import state
 
 
@@ -405,6 +411,109 @@ def test_a_lone_allreduce_meets_another_ranks_cycle(rank: int, size: int) -> Non
             y = hvd.synchronize(handle)
         np.testing.assert_array_equal(x, expected["x"])
         np.testing.assert_array_equal(y, expected["y"])
+
+
+def test_an_asynchronous_allreduce_of_a_cached_name_starts_without_a_cycle(
+        rank: int, size: int) -> None:
+    """While the ranks are idle, an asynchronous allreduce of a cached name (a training step's
+    bucket) starts at once on every rank, as one matched by order does: it pairs up with the
+    other ranks' without a cycle, in place and right."""
+    negotiator = _idle_with_cached(["bucket"], (64, 33))
+    before, cycles = negotiator.ran_alone, negotiator.cycles
+    for step in range(20):
+        data = input_of(rank, (64, 33), step)
+        handle = hvd.grouped_allreduce_async_([data], name="bucket", op=hvd.Sum)
+        while not hvd.poll(handle):
+            time.sleep(0.0005)
+        assert hvd.synchronize(handle)[0] is data
+        np.testing.assert_array_equal(data, sum(input_of(r, (64, 33), step)
+                                                for r in range(size)))
+    # The thread's 1-s look at the doorbell may take a call's turn now and then.
+    assert negotiator.ran_alone - before >= 15, (negotiator.ran_alone - before)
+    assert negotiator.cycles - cycles <= 2 * 5
+
+
+def test_an_asynchronous_lone_allreduce_gives_way_to_another_ranks_cycle(
+        rank: int, size: int, comm: MPI.Intracomm) -> None:
+    """Rank 0 starts "x" alone, then "y" (a second lone run may not start while the first is
+    unsettled: the others' vector, sent again, must meet rank 0's cycle), and only then do the
+    others submit a new name (a cycle, whose vector meets rank 0's lone run of "x"), then "x"
+    and "y". Rank 0's "x" gives way and runs in a cycle; every name is right on every rank. A
+    name whose lone run gave way sits out its next calls, so each step has its own "x"."""
+    if size == 1:
+        pytest.skip("needs another rank's cycle")
+    _idle_with_cached([f"x.{step}" for step in range(4)] + ["y"], (6,))
+    gave_way = 0
+    for step in range(4):
+        def data(name: str, of: int, step: int = step) -> np.ndarray:
+            return input_of(of, (6,), 100 * step + ord(name[0]))
+
+        names = [f"x.{step}", "y", f"fresh.{step}"]
+        if rank == 0:
+            handles = {n: hvd.allreduce_async(data(n, rank), name=n, op=hvd.Sum)
+                       for n in names[:2]}
+            lone = handles[names[0]].request.lone is not None
+            assert not handles["y"].request.lone, "two lone runs at once"
+            comm.Barrier()  # the others submit only once rank 0's lone run is under way
+            handles[names[2]] = hvd.allreduce_async(data(names[2], rank), name=names[2],
+                                                    op=hvd.Sum)
+        else:
+            lone = False
+            comm.Barrier()
+            handles = {n: hvd.allreduce_async(data(n, rank), name=n, op=hvd.Sum)
+                       for n in reversed(names)}
+        for name, handle in handles.items():
+            while not hvd.poll(handle):
+                time.sleep(0.0005)
+            np.testing.assert_array_equal(hvd.synchronize(handle),
+                                          sum(data(name, r) for r in range(size)))
+        # The lone run (which its thread's look at the doorbell may forestall now and then)
+        # gave way: its request ran in a cycle.
+        gave_way += lone and handles[names[0]].request.lone is None
+        hvd.barrier()
+        hvd.barrier()  # idle again: the next step's "x" may run alone
+    assert comm.allgather(gave_way)[0] >= 3, "rank 0's lone x did not give way"
+
+
+def test_a_name_whose_lone_run_gave_way_sits_out_its_next_calls(rank: int, size: int) -> None:
+    """In a burst submitted in different orders on different ranks, every first call's lone
+    run would meet another name's and give way: a name that gave way is submitted as usual for
+    its next calls, then tries alone again."""
+    _idle_with_cached(["a", "b"], (4,))
+    first = "a" if rank % 2 == 0 else "b"
+    tried = []
+    for step in range(_SIT_OUT + 6):
+        handle = hvd.allreduce_async(input_of(rank, (4,), step), name=first, op=hvd.Sum)
+        tried.append(handle.request.lone is not None)
+        other = hvd.allreduce_async(input_of(rank, (4,), step), name="b" if first == "a"
+                                    else "a", op=hvd.Sum)
+        for h in (handle, other):
+            np.testing.assert_array_equal(hvd.synchronize(h),
+                                          sum(input_of(r, (4,), step) for r in range(size)))
+        hvd.barrier()
+        hvd.barrier()
+    # Tried at the first step (gave way), sat out its next calls, tried again (a call made
+    # while the ranks are not idle counts for nothing). One rank alone never gives way.
+    assert tried[0] and (size == 1 or not any(tried[1:_SIT_OUT + 1])) and any(
+        tried[_SIT_OUT + 1:]), tried
+
+
+def test_asynchronous_lone_allreduces_submitted_in_other_orders_never_pair_up(
+        rank: int, size: int) -> None:
+    """Even ranks start "a" alone, odd ranks "b": the lone runs meet, the check refuses to
+    pair them, both give way, and both names run in a cycle with their own data."""
+    _idle_with_cached(["a", "b"], (4,))
+    first, second = ("a", "b") if rank % 2 == 0 else ("b", "a")
+    for step in range(5):
+        seeds = {"a": 1000 * step, "b": 1000 * step + 1}
+        handles = {n: hvd.allreduce_async(input_of(rank, (4,), seeds[n]), name=n, op=hvd.Sum)
+                   for n in (first, second)}
+        for name in ("a", "b"):
+            np.testing.assert_array_equal(
+                hvd.synchronize(handles[name]),
+                sum(input_of(r, (4,), seeds[name]) for r in range(size)))
+        hvd.barrier()
+        hvd.barrier()
 
 
 def test_without_the_consistency_check_every_allreduce_runs_in_a_cycle(
