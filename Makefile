@@ -74,9 +74,9 @@ MPI_SLICE := tests/collectives/test_allreduce.py tests/collectives/test_collecti
 MPI_OTHER_MPI_SLICE := tests/collectives/test_process_sets.py tests/collectives/test_join.py \
 	tests/collectives/test_shared_memory.py tests/collectives/test_departure.py \
 	tests/collectives/test_reduce.py
-# ringlet.hvd's suites once more under name matching (RINGLET_HVD_MATCHING=name, Horovod's
-# semantics): the same API on the other path, with the negotiation's cycles.
-HVD_NAME_SLICE := tests/hvd/numpy tests/hvd/torch/test_hvd_torch.py
+# ringlet.hvd's suites once more under order matching (RINGLET_HVD_MATCHING=order), which its
+# default, name matching, replaces: the same API on the other path.
+HVD_ORDER_SLICE := tests/hvd/numpy tests/hvd/torch/test_hvd_torch.py
 # The single-process suites (they launch jobs themselves, or none).
 PLAIN_SUITES := tests/jobs tests/tooling tests/structure tests/benchmarks tests/jupyter tests/docs
 RUST_SOURCES := $(shell find src -name '*.rs' -o -name '*.c') Cargo.toml build.rs
@@ -372,14 +372,14 @@ test-python: setup
 		--plain-streams 2 --sizes $(TEST_SIZES) -q --color=no $(MPI_SUITES)
 	$(if $(TEST_SLICE_SIZES),$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
 		--sizes $(TEST_SLICE_SIZES) -q --color=no $(MPI_SLICE))
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--sizes $(TEST_SIZES) -q --color=no $(HVD_NAME_SLICE)
+	RINGLET_HVD_MATCHING=order $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
+		--sizes $(TEST_SIZES) -q --color=no $(HVD_ORDER_SLICE)
 
 test-python-all: setup
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --plain $(PLAIN_SUITES) \
 		--plain-streams 2 --sizes $(ALL_TEST_SIZES) -q --color=no $(MPI_SUITES)
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
-		--sizes $(ALL_TEST_SIZES) -q --color=no $(HVD_NAME_SLICE)
+	RINGLET_HVD_MATCHING=order $(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) \
+		--sizes $(ALL_TEST_SIZES) -q --color=no $(HVD_ORDER_SLICE)
 
 # ringlet.jax (tests/jax: inside and outside jax.jit, gradients, order).
 JAX_TEST_SIZES ?= 2
@@ -522,8 +522,8 @@ test-horovod-tf-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
 		--deps $(HVD_UPSTREAM_DEPS) --summary build/horovod-upstream/quick $(HVD_UPSTREAM_ARGS)
 
 # Horovod's test_torch.py against ringlet.hvd.torch, the whole file as ONE mpirun job of pytest
-# (as Horovod's CI runs it) at 2 and at 3 ranks, ops matched by name as Horovod's coordinator
-# does; a rank that hangs or dies fails it. Exclusions:
+# (as Horovod's CI runs it) at 2 and at 3 ranks, under ringlet.hvd's default (ops matched by
+# name, as Horovod's coordinator does); a rank that hangs or dies fails it. Exclusions:
 # tests/hvd/upstream/exclusions_torch.toml. Summaries: build/horovod-upstream/torch-{2,3}.md.
 # -quick: a slice at 2 ranks in one job, the four duplicate-name tests one after the other among
 # ordinary ones.
@@ -532,15 +532,15 @@ HVD_TORCH_ARGS := -o timeout=120
 .PHONY: test-horovod test-horovod-quick
 
 test-horovod: setup $(HVD_UPSTREAM_DEPS)/.installed
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
+	$(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-2 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
+	$(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--ranks 3 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-3 $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 
 test-horovod-quick: setup $(HVD_UPSTREAM_DEPS)/.installed
-	RINGLET_HVD_MATCHING=name $(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
+	$(PYTHON) tests/hvd/upstream/run.py --files test_torch.py \
 		--quick --ranks 2 --launcher $(MPIRUN) --deps $(HVD_UPSTREAM_DEPS) \
 		--summary build/horovod-upstream/torch-quick $(HVD_TORCH_ARGS) $(HVD_UPSTREAM_ARGS)
 

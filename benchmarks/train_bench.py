@@ -12,7 +12,7 @@ Models (synthetic data, batch 32 per rank, SGD with momentum, one PyTorch thread
 Each path trains its own copy of the model from the same initial weights on the same batches:
 - ``none``: plain SGD on each rank, no communication (the floor);
 - ``ringlet``: ``ringlet.hvd.torch.DistributedOptimizer`` (buckets as it chooses them, its
-  operations matched as ``ringlet.hvd`` matches them by default);
+  operations matched as ``ringlet.hvd`` matches them by default: by name);
 - ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend.
 
 A round runs a block of steps of each path, in an order that rotates from round to round; a
@@ -105,7 +105,7 @@ class Variant:
 
     @classmethod
     def parse(cls, spec: str) -> Variant:
-        """``spin=1000,sleep=0,buckets=64M,shared=1,matching=name`` (each optional)."""
+        """``spin=1000,sleep=0,buckets=64M,shared=1,matching=order`` (each optional)."""
         fields = dict(item.split("=", 1) for item in spec.split(",") if item)
         wait = None
         if "spin" in fields or "sleep" in fields:
@@ -319,8 +319,8 @@ def main() -> int:
     parser.add_argument(
         "--variant", action="append", default=[], metavar="NAME=SPEC",
         help="another ringlet path, e.g. spinning=spin=1000,sleep=0, one-bucket=buckets=64M or "
-             "shared=shared=1 (gradients in shared memory), by-name=matching=name (ringlet.hvd's "
-             "name matching)")
+             "shared=shared=1 (gradients in shared memory), by-order=matching=order (ringlet.hvd's "
+             "order matching)")
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--plot", help="write a bar chart of the step breakdown here (PNG)")
     args = parser.parse_args()

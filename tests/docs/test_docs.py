@@ -100,7 +100,7 @@ def test_the_site_is_built_from_docs_alone(site):
     failures = page_text(site / "guide/failures/index.html")
     assert "RINGLET_STALL_WARNING" in failures and "MismatchError" in failures
     horovod = page_text(site / "guide/horovod/index.html")
-    assert "RINGLET_HVD_MATCHING=name" in horovod and "Adasum" in horovod
+    assert "RINGLET_HVD_MATCHING=order" in horovod and "Adasum" in horovod
     api = page_text(site / "guide/api/index.html")
     assert "add_process_set" in api and "bfloat16" in api
 

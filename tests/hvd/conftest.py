@@ -1,5 +1,5 @@
 """``ringlet.hvd``'s matching per module: ``hvd_initialized`` starts a module as a Horovod
-script starts (``hvd.init()``: by order, or by name under RINGLET_HVD_MATCHING=name), and name
+script starts (``hvd.init()``: by name, unless RINGLET_HVD_MATCHING says otherwise), and name
 matching ends with the module that started it: otherwise its negotiation would outlive the
 module, and its cycles could meet a later module's own collectives (ringlet's API, called from
 the test's thread) in another order on another rank."""

@@ -1,7 +1,7 @@
 """Operations matched across ranks by name, as Horovod's coordinator matches them.
 
-With ``RINGLET_HVD_MATCHING=name``, every collective submitted through ``ringlet.hvd`` is a
-``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
+By default (``RINGLET_HVD_MATCHING=name``), every collective submitted through ``ringlet.hvd``
+is a ``Request`` keyed by (collective, name, process set): unnamed ones get Horovod's automatic
 names ("allreduce.noname.<n>", counted per collective and set on each rank). A background
 thread, the same on every rank, runs cycles (at once when something is submitted, and every
 ``RINGLET_HVD_CYCLE_TIME`` ms while anything waits on any rank): in each, the ranks agree
@@ -90,12 +90,10 @@ from ._requests import Key, Request
 
 MATCHING_VARIABLE = "RINGLET_HVD_MATCHING"
 MATCHINGS = ("order", "name")
-DEFAULT_MATCHING = "order"
-"""Order matching stays the default for now. Name matching meets the latency target (a lone
-named allreduce about 1.5x one matched by order, ``run_alone``) and passes every suite as the
-default, but costs a training step more than 3%: 4.4-5.4% on make bench-train's MLP, the
-cycle between its bucket's last submission and its start (benchmarks/RESULTS.md, "Name
-matching", sixth step)."""
+DEFAULT_MATCHING = "name"
+"""Horovod's semantics by default: a lone named allreduce costs about 1.6x one matched by order,
+a training step 1-2% more (``run_alone``; benchmarks/RESULTS.md, "Name matching", seventh
+step). ``RINGLET_HVD_MATCHING=order`` gives ringlet's own matching."""
 
 _FLAGS = 6  # announce, shut down, stall query, waiting, unmarked, chased
 _ANNOUNCE, _SHUTDOWN, _STALL, _WAITING, _UNMARKED, _CHASED = range(_FLAGS)

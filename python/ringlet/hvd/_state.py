@@ -17,7 +17,8 @@ class HorovodState:
 
     def __init__(self) -> None:
         self.negotiator: _negotiation.Negotiator | None = None
-        """Name matching's negotiation (RINGLET_HVD_MATCHING=name), once ``init`` started it."""
+        """Name matching's negotiation (the default; RINGLET_HVD_MATCHING=name), once ``init``
+        started it."""
         self.added: dict[int, Any] = {}
         """The process sets (``ProcessSet``) added since ``init``, by id."""
         self.in_flight: dict[tuple[str, str, tuple[int, ...]], Any] = {}
@@ -28,8 +29,8 @@ class HorovodState:
         process set (name matching)."""
 
     def matching_by_name(self) -> bool:
-        """Whether ``ringlet.hvd`` matches operations by name now (RINGLET_HVD_MATCHING=name,
-        after ``init``)."""
+        """Whether ``ringlet.hvd`` matches operations by name now (after ``init``, unless
+        RINGLET_HVD_MATCHING=order)."""
         return self.negotiator is not None
 
     def start_negotiation(self, run_fused: Callable[..., Any]) -> None:

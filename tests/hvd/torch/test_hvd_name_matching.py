@@ -1,10 +1,9 @@
-"""ringlet.hvd with RINGLET_HVD_MATCHING=name: operations matched across ranks by name, as
-Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
+"""ringlet.hvd's name matching (its default; RINGLET_HVD_MATCHING=name): operations matched
+across ranks by name, as Horovod's coordinator matches them (python/ringlet/hvd/_negotiation.py).
 
 Each test starts name matching afresh (a new negotiation, ``ringlet.hvd._api.use_matching``, as
-RINGLET_HVD_MATCHING=name makes at ``hvd.init()``) and ends it, so that the other files of the
-suite keep the default, order matching. Every result is compared with NumPy's, computed from
-every rank's input, which each rank rebuilds."""
+``hvd.init()`` makes) and ends it, so that every test starts from the same state. Every result
+is compared with NumPy's, computed from every rank's input, which each rank rebuilds."""
 
 from __future__ import annotations
 
@@ -674,10 +673,14 @@ def test_the_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         use_matching("names")
 
 
-def test_order_matching_is_the_default_and_name_one_setting_away(
+def test_name_matching_is_the_default_and_order_one_setting_away(
         monkeypatch: pytest.MonkeyPatch) -> None:
     use_matching("order")
     monkeypatch.delenv("RINGLET_HVD_MATCHING", raising=False)
+    hvd.init()
+    assert state.matching_by_name()
+    use_matching("order")
+    monkeypatch.setenv("RINGLET_HVD_MATCHING", "order")
     hvd.init()
     assert not state.matching_by_name()
     monkeypatch.setenv("RINGLET_HVD_MATCHING", "name")

@@ -59,10 +59,10 @@ from .callbacks import (
 
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
-    """Horovod's ``init``. Operations are matched as ``ringlet.hvd`` matches them, except on the
-    JAX backend, where ``DistributedOptimizer``'s allreduces run inside ``jax.jit`` as XLA's
-    custom calls, which only their order can match: there they are matched by order whatever
-    the default, unless RINGLET_HVD_MATCHING says otherwise."""
+    """Horovod's ``init``. Operations are matched by name, as Horovod's coordinator matches
+    them, except on the JAX backend, where ``DistributedOptimizer``'s allreduces run inside
+    ``jax.jit`` as XLA's custom calls, which only their order can match: there they are matched
+    by order unless RINGLET_HVD_MATCHING says otherwise."""
     _start(comm, process_sets, _backends.default_matching())
 
 

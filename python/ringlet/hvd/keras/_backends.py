@@ -47,8 +47,7 @@ def grouped_allreduce(tensors: list[Any], op: str, prescale: float, postscale: f
 
 def default_matching() -> str:
     """How ``init`` matches operations where RINGLET_HVD_MATCHING is unset: by order on JAX
-    (the collectives run inside ``jax.jit``, as XLA's custom calls), else as ``ringlet.hvd``
-    does by default."""
+    (the collectives run inside ``jax.jit``, as XLA's custom calls), else by name."""
     return "order" if backend() == "jax" else DEFAULT_MATCHING
 
 
@@ -75,8 +74,10 @@ def _jax(tensors: list[Any], op: str, prescale: float, postscale: float, compres
         # negotiation's own collectives would meet them in another order on another rank.
         raise RuntimeError(
             "ringlet.hvd.keras on the JAX backend runs its allreduces inside jax.jit, matched "
-            "by order; it cannot run under name matching (RINGLET_HVD_MATCHING=name): unset "
-            "it, or use the torch or tensorflow backend")
+            "by order; it cannot run under name matching (RINGLET_HVD_MATCHING=name, or "
+            "ringlet.hvd.init()'s default): initialize with ringlet.hvd.keras.init() alone, which "
+            "matches by order on JAX, or set RINGLET_HVD_MATCHING=order, or use the torch or "
+            "tensorflow backend")
     wire = wire_dtype(compression)
     dtypes = [t.dtype for t in tensors]
     work = list(tensors)
