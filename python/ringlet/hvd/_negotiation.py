@@ -273,10 +273,9 @@ class Negotiator:
 
         A synchronous call knows at once whether it paired up. An asynchronous one (its
         ``request`` given) learns later: its run is ``request.lone`` until ``settle`` (its
-        caller's poll or
-        synchronize, or this rank's next cycle, whichever comes first) knows how it ended,
-        and submits the request if it gave way. One lone run at a time: a cycle's vector sent
-        again must meet this rank's vector, not a second lone run."""
+        caller's poll or synchronize, or this rank's next cycle, whichever comes first) knows
+        how it ended, and submits the request if it gave way. One lone run at a time: a
+        cycle's vector sent again must meet this rank's vector, not a second lone run."""
         # An asynchronous call behind another's lone run gives up at once: in a burst, each
         # would otherwise wait while this rank's cycle waits for that run.
         if not (self._alone and self._idle) or (request is not None and (
