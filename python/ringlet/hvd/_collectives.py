@@ -127,9 +127,11 @@ class Collectives:
             prescale=float(prescale), postscale=float(postscale), compression=wire,
             fusable=not custom)
         # A name every rank has run before may start at once while every rank is idle
-        # (``Negotiator.run_alone``), if it is one collective (scaled integers are two).
-        alone = (name is not None and not custom and is_global(process_set) and not (
-            (prescale != 1.0 or postscale != 1.0) and any(a.dtype.kind in "iu" for a in arrays)))
+        # (``Negotiator.run_alone``), if it is one collective: one dtype (each has its own),
+        # not scaled integers (scaled apart).
+        alone = (name is not None and not custom and is_global(process_set)
+                 and len({a.dtype for a in arrays}) == 1 and not (
+                     (prescale != 1.0 or postscale != 1.0) and arrays[0].dtype.kind in "iu"))
         if alone and now:  # no request to build unless it has to be submitted
             negotiator = state.negotiator
             key = ("allreduce", str(name), negotiator.everyone)

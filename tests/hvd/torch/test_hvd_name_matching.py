@@ -474,6 +474,46 @@ def test_an_asynchronous_lone_allreduce_gives_way_to_another_ranks_cycle(
     assert comm.allgather(gave_way)[0] >= 3, "rank 0's lone x did not give way"
 
 
+def test_a_group_of_two_dtypes_never_runs_alone(rank: int, size: int,
+                                                comm: MPI.Intracomm) -> None:
+    """A grouped allreduce of two dtypes is two collectives: alone, the second would meet the
+    vector another rank's cycle sends again after the first gave way. So it is submitted as
+    usual, and runs right beside another rank's cycle."""
+    shapes = [(5,), (3,)]
+    dtypes = ["float32", "int64"]
+
+    def group(of: int, step: int) -> list[np.ndarray]:
+        return [input_of(of, shape, 10 * step + i, dtype)
+                for i, (shape, dtype) in enumerate(zip(shapes, dtypes))]
+
+    negotiator = _idle_with_cached([], (1,))
+    mine = group(rank, 0)
+    hvd.grouped_allreduce(mine, name="mixed", op=hvd.Sum)  # cached from now on
+    hvd.barrier()
+    hvd.barrier()
+    for step in range(1, 4):
+        if rank == 0:
+            handle = hvd.grouped_allreduce_async(group(rank, step), name="mixed", op=hvd.Sum)
+            assert handle.request.lone is None, "a group of two dtypes ran alone"
+            comm.Barrier()
+            fresh = hvd.allreduce_async(input_of(rank, (2,), step), name=f"fresh.{step}",
+                                        op=hvd.Sum)
+        else:
+            comm.Barrier()
+            fresh = hvd.allreduce_async(input_of(rank, (2,), step), name=f"fresh.{step}",
+                                        op=hvd.Sum)
+            handle = hvd.grouped_allreduce_async(group(rank, step), name="mixed", op=hvd.Sum)
+        for out, dtype, want in zip(hvd.synchronize(handle), dtypes,
+                                    map(sum, zip(*(group(r, step) for r in range(size))))):
+            assert out.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(hvd.synchronize(fresh),
+                                      sum(input_of(r, (2,), step) for r in range(size)))
+        hvd.barrier()
+        hvd.barrier()
+    assert negotiator.failure is None
+
+
 def test_a_name_whose_lone_run_gave_way_sits_out_its_next_calls(rank: int, size: int) -> None:
     """In a burst submitted in different orders on different ranks, every first call's lone
     run would meet another name's and give way: a name that gave way is submitted as usual for
