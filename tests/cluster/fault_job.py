@@ -53,9 +53,11 @@ while True:
         if iteration == iterations:
             break
         continue
-    # Every rank stops after the same call: the slowest clock decides.
+    # Every rank stops after the same call: the slowest clock decides. Not `auto`, which may
+    # pick MPI's own allreduce for 4 bytes: a rank waiting inside MPI_Allreduce is not watched
+    # by the stall inspector, and a cut during this call then left rank 0 without its summary.
     late = np.array([time.monotonic() - started > seconds], dtype=np.int32)
-    if ringlet.allreduce(late, op="max")[0]:
+    if ringlet.allreduce(late, op="max", algorithm="recursive_doubling")[0]:
         break
 print(f"done: {iteration} allreduces exact")
 ringlet.barrier()
