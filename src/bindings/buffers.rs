@@ -16,13 +16,26 @@ use std::sync::Mutex;
 /// the array must not be resized or written by anyone else meanwhile (the documented contract
 /// of every ringlet call, as of MPI's own buffers).
 pub unsafe fn writable_bytes<'a>(array: &Bound<'_, PyUntypedArray>) -> Option<&'a mut [u8]> {
+    // SAFETY: the caller's contract.
+    unsafe { writable_elements(array, array.dtype().itemsize()) }
+}
+
+/// [`writable_bytes`] of an array whose elements are known to be `itemsize` bytes (it saves
+/// a lookup of the dtype per array of a group).
+///
+/// # Safety
+/// As for [`writable_bytes`].
+pub unsafe fn writable_elements<'a>(
+    array: &Bound<'_, PyUntypedArray>,
+    itemsize: usize,
+) -> Option<&'a mut [u8]> {
     let required = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE;
     // SAFETY: `array` is a live NumPy array, so its object header can be read.
     let fields = unsafe { &(*array.as_array_ptr()).fields };
     if fields.flags & required != required {
         return None;
     }
-    let nbytes = array.len() * array.dtype().itemsize();
+    let nbytes = array.len() * itemsize;
     if nbytes == 0 {
         return Some(&mut []);
     }

@@ -2,17 +2,17 @@
 //! stay alive until it has run, even if the handle is dropped.
 
 use super::buffers::{
-    bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_bytes,
+    bytes_array, contiguous, element_type, known_dtype, readable_bytes, writable_elements,
 };
 use super::errors::detached;
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{
-    self, allreduce_buffers, allreduce_group_async as queue_group, Group,
+    self, allreduce_buffers, allreduce_group_async as queue_group, Dims, Group,
 };
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
-use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{npyffi, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::Arc;
@@ -211,28 +211,38 @@ pub fn allreduce_group_fast(
     ) else {
         return Ok(false);
     };
-    let mut dtype = None;
+    // The dtype, and the descriptor object it was last found by: a group's arrays share one,
+    // and comparing pointers saves a lookup per array.
+    let mut known: Option<(*mut npyffi::PyArray_Descr, DType)> = None;
     let mut buffers = Vec::with_capacity(arrays.len());
     let mut shapes = Vec::with_capacity(arrays.len());
     for item in arrays.iter() {
         let Ok(array) = item.cast::<PyUntypedArray>() else {
             return Ok(false);
         };
-        let Some(this) = known_dtype(&array.dtype()) else {
-            return Ok(false);
+        // SAFETY: `array` is a live NumPy array, so its object header can be read.
+        let descr = unsafe { (*array.as_array_ptr()).fields.descr };
+        let dtype = match known {
+            Some((seen, dtype)) if seen == descr => dtype,
+            _ => {
+                let Some(this) = known_dtype(&array.dtype()) else {
+                    return Ok(false);
+                };
+                if known.is_some_and(|(_, d)| d != this) {
+                    return Ok(false); // one stream per dtype: the Python layer splits them
+                }
+                known = Some((descr, this));
+                this
+            }
         };
-        if dtype.is_some_and(|d| d != this) {
-            return Ok(false); // one stream per dtype: the Python layer splits them
-        }
-        dtype = Some(this);
         // SAFETY: `arrays` holds every array until we return.
-        let Some(bytes) = (unsafe { writable_bytes(array) }) else {
+        let Some(bytes) = (unsafe { writable_elements(array, dtype.size()) }) else {
             return Ok(false);
         };
         buffers.push(Buffer::of(bytes));
-        shapes.push(array.shape().to_vec());
+        shapes.push(Dims::from_slice(array.shape()));
     }
-    let Some(dtype) = dtype else {
+    let Some((_, dtype)) = known else {
         return Ok(true); // nothing to reduce, as the Python layer would find
     };
     if !crate::runtime::allreduce::ready("auto", dtype, op) || !process::is_initialized() {
@@ -333,13 +343,13 @@ impl GroupSettings<'_> {
             element_type(array, self.dtype)?;
             // SAFETY: the caller keeps the arrays alive for as long as it uses the buffers.
             buffers.push(Buffer::of(unsafe { contiguous(array, "allreduce")? }));
-            shapes.push(array.shape().to_vec());
+            shapes.push(Dims::from_slice(array.shape()));
         }
         let group = Group {
             dtype: DType::from_name(self.dtype)?,
             wire: DType::from_name(self.wire_dtype)?,
             op: ReduceOp::from_name(self.op)?,
-            algorithm: self.algorithm.to_string(),
+            algorithm: self.algorithm.to_string().into(),
             prescale: self.prescale,
             postscale: self.postscale,
             fusion_bytes: self.fusion_bytes,

@@ -57,7 +57,13 @@ pub fn allreduce_on(
         Ok(chosen) => chosen,
         Err(error) => return comm.refuse(&call, error),
     };
-    let replay = Replay::of(schedule.name(), dtype, op, Factors::NONE, vec![buf.len()]);
+    let replay = Replay::of(
+        schedule.name(),
+        dtype,
+        op,
+        Factors::NONE,
+        smallvec::smallvec![buf.len()],
+    );
     let call = Call {
         replay: replay.as_ref(),
         ..call

@@ -60,7 +60,7 @@ impl Buffer {
 
 /// `Err` if two buffers share bytes: reducing them in place would race.
 pub fn check_disjoint(buffers: &[Buffer]) -> Result<()> {
-    let mut spans: Vec<(usize, usize)> = buffers
+    let mut spans: smallvec::SmallVec<[(usize, usize); 16]> = buffers
         .iter()
         .filter(|b| b.len > 0)
         .map(|b| (b.address, b.address + b.len))

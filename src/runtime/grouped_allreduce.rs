@@ -18,7 +18,7 @@ use super::buffer::{check_disjoint, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::process::{self, SetId};
-use super::replay::Replay;
+use super::replay::{Lengths, Replay};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{convert, Finish};
@@ -26,7 +26,9 @@ use crate::schedules::{self, Factors, Parts};
 use crate::scratch::Scratch;
 use crate::stats;
 use crate::worker::{self, Completion};
+use smallvec::SmallVec;
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -55,6 +57,9 @@ pub fn fusion_threshold(value: Option<i64>) -> Result<usize> {
     })
 }
 
+/// An array's shape, inline up to four dimensions: a group allocates nothing per array.
+pub type Dims = SmallVec<[usize; 4]>;
+
 /// What to do with a group of arrays of one dtype.
 #[derive(Clone, Debug)]
 pub struct Group {
@@ -64,7 +69,7 @@ pub struct Group {
     pub wire: DType,
     pub op: ReduceOp,
     /// "auto" (the decision table, per buffer) or an algorithm's name.
-    pub algorithm: String,
+    pub algorithm: Cow<'static, str>,
     pub prescale: f64,
     pub postscale: f64,
     /// Largest fusion run, in wire bytes; 0 reduces every array on its own.
@@ -74,7 +79,7 @@ pub struct Group {
     /// pays ([`crate::auto::Parameters::pack_below`]).
     pub pack_below: Option<usize>,
     /// Each array's shape.
-    pub shapes: Vec<Vec<usize>>,
+    pub shapes: Vec<Dims>,
     /// The submitting thread (see [`Call::thread`]).
     pub thread: u64,
     /// The process set to reduce over.
@@ -176,7 +181,8 @@ unsafe fn allreduce_buffers_on(
         Ok(()) => {
             // SAFETY: the caller's contract; the buffers are disjoint (checked just now), so
             // no two slices alias.
-            let mut arrays: Vec<&mut [u8]> = buffers.iter().map(|b| unsafe { b.slice() }).collect();
+            let mut arrays: SmallVec<[&mut [u8]; 16]> =
+                buffers.iter().map(|b| unsafe { b.slice() }).collect();
             allreduce_checked(comm, &mut arrays, group, None)
         }
         // Refused with the other ranks, which stay in step.
@@ -185,8 +191,8 @@ unsafe fn allreduce_buffers_on(
 }
 
 /// Consecutive runs of arrays whose wire bytes fit one fusion buffer (a larger array alone).
-fn fusion_runs(lengths: &[usize], limit: usize) -> Vec<std::ops::Range<usize>> {
-    let mut runs = Vec::new();
+fn fusion_runs(lengths: &[usize], limit: usize) -> SmallVec<[std::ops::Range<usize>; 2]> {
+    let mut runs = SmallVec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, &len) in lengths.iter().enumerate() {
         if i > start && bytes + len > limit {
@@ -219,7 +225,7 @@ fn allreduce_checked(
     group: &Group,
     refused: Option<CoreError>,
 ) -> Result<()> {
-    let shapes: Vec<&[usize]> = group.shapes.iter().map(Vec::as_slice).collect();
+    let shapes: SmallVec<[&[usize]; 16]> = group.shapes.iter().map(|d| d.as_slice()).collect();
     let (dtype, wire) = (group.dtype, group.wire);
     let call = Call {
         element: Element::Typed(wire),
@@ -230,7 +236,7 @@ fn allreduce_checked(
     if let Some(error) = refused.or_else(|| group.check(arrays).err()) {
         return comm.refuse(&call, error);
     }
-    let wire_lengths: Vec<usize> = arrays
+    let wire_lengths: Lengths = arrays
         .iter()
         .map(|a| a.len() / dtype.size() * wire.size())
         .collect();
@@ -270,10 +276,10 @@ fn allreduce_checked(
         // Uncompressed, the reduction folds the factors, exactly as in place; compressed, the
         // wire only sums, and unpacking widens, divides and scales in one pass.
         let wire_factors = if compressed { Factors::NONE } else { factors };
-        let pieces = if packs {
-            vec![wire_bytes]
+        let pieces: Lengths = if packs {
+            smallvec::smallvec![wire_bytes]
         } else {
-            wire_lengths[run.clone()].to_vec()
+            wire_lengths[run.clone()].iter().copied().collect()
         };
         let replay = Replay::of(schedule.name(), wire, op, wire_factors, pieces);
         let call = Call {
@@ -284,7 +290,7 @@ fn allreduce_checked(
         let started = Instant::now();
         let transport = comm.transport();
         if !packs {
-            let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a).collect());
+            let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a));
             together &= settled(comm, &call, seq, || {
                 schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)
             })?;
@@ -316,6 +322,7 @@ fn allreduce_checked(
                 &tuning,
             )
         })?;
+        drop(packed);
         let finish = if compressed {
             let divide_by = if group.op == ReduceOp::Avg {
                 comm.size()
@@ -355,10 +362,11 @@ mod tests {
 
     #[test]
     fn runs_fill_buffers_in_order_and_isolate_large_arrays() {
-        assert_eq!(fusion_runs(&[4, 4, 4, 4], 8), vec![0..2, 2..4]);
-        assert_eq!(fusion_runs(&[4, 20, 4], 8), vec![0..1, 1..2, 2..3]);
-        assert_eq!(fusion_runs(&[4, 4, 4], 0), vec![0..1, 1..2, 2..3]);
-        assert_eq!(fusion_runs(&[0, 0, 4], 4), vec![0..3]);
+        assert_eq!(fusion_runs(&[4, 4, 4, 4], 8).as_slice(), [0..2, 2..4]);
+        assert_eq!(fusion_runs(&[4, 20, 4], 8).as_slice(), [0..1, 1..2, 2..3]);
+        assert_eq!(fusion_runs(&[4, 4, 4], 0).as_slice(), [0..1, 1..2, 2..3]);
+        let whole = fusion_runs(&[0, 0, 4], 4);
+        assert_eq!((whole.len(), whole.first()), (1, Some(&(0..3))));
         assert!(fusion_runs(&[], 8).is_empty());
     }
 }

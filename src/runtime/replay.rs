@@ -5,6 +5,10 @@
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::{self, Factors, ALLREDUCE};
+use smallvec::SmallVec;
+
+/// The pieces' lengths, inline for a bucket of up to 16 arrays (built on every call).
+pub type Lengths = SmallVec<[usize; 16]>;
 
 /// How a joined rank takes part in an allreduce: the schedule, the elements and op on the wire,
 /// the factors folded into it, and the pieces (one message each) the others send.
@@ -14,7 +18,7 @@ pub struct Replay {
     pub dtype: DType,
     pub op: ReduceOp,
     pub factors: Factors,
-    pub pieces: Vec<usize>,
+    pub pieces: Lengths,
 }
 
 impl Replay {
@@ -25,7 +29,7 @@ impl Replay {
         dtype: DType,
         op: ReduceOp,
         factors: Factors,
-        pieces: Vec<usize>,
+        pieces: Lengths,
     ) -> Option<Replay> {
         matches!(op, ReduceOp::Sum | ReduceOp::Avg).then_some(Replay {
             algorithm,
@@ -66,7 +70,7 @@ impl Replay {
         let count = word(4)? as usize;
         let pieces = (0..count)
             .map(|i| word(5 + i).map(|p| p as usize))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Lengths>>()?;
         let name = std::str::from_utf8(bytes.get(8 * (5 + count)..).ok_or_else(broken)?)
             .map_err(|_| broken())?;
         let algorithm = schedules::by_name(ALLREDUCE, name)?.name();

@@ -16,7 +16,7 @@
 //! Two implementations: [`LocalShared`] for ranks as threads (the tests), and the MPI one
 //! (`mpi_shm.rs`), over `MPI_Win_allocate_shared` windows of the node's communicator.
 
-use super::waiting::Backoff;
+use super::waiting::{wait_policy, Backoff};
 use crate::error::{CoreError, Result};
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -77,6 +77,9 @@ unsafe impl Sync for Flags {}
 /// Polls between two calls into the transport's progress (a peer may be waiting for a message
 /// this rank's library has queued, and MPI moves it only inside a call).
 const PROGRESS_EVERY: u32 = 32;
+
+/// Polls before a wait starts its clock (about a microsecond of `pause`s).
+const EAGER_POLLS: u32 = 32;
 
 /// How often a long wait tells the transport's watcher (as transport waits do).
 const WATCH_PERIOD: Duration = Duration::from_millis(50);
@@ -147,6 +150,17 @@ impl Flags {
         let counter = &self.block(peer).counter;
         if counter.load(Ordering::Acquire) >= step {
             return Ok(());
+        }
+        // Most waits end within a microsecond (the peer is on its way): poll without reading
+        // the clock first, which would double the time to notice it. Not where waits must
+        // yield (threads that outnumber the cores, or no spinning asked for).
+        if self.give_up_after.is_none() && !wait_policy().0.is_zero() {
+            for _ in 0..EAGER_POLLS {
+                std::hint::spin_loop();
+                if counter.load(Ordering::Acquire) >= step {
+                    return Ok(());
+                }
+            }
         }
         let started = Instant::now();
         // In-process ranks are threads that may outnumber the cores: never spin there.

@@ -318,6 +318,24 @@ def test_handles_tell_when_they_ran_and_packing_is_counted(rank, size):
 # ---- every algorithm over arrays in place -----------------------------------------------------
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("shapes", [
+    [(16,), (0,), (3,), (16,), (1,)],  # small arrays: folded together in scratch, copied out
+    [(300,), (0,), (257,), (600,)],  # larger ones: each folded where it is
+], ids=["small-arrays", "larger-arrays"])
+def test_shared_memory_one_shot_reduces_a_group_either_way(comm, rank, size, dtype, op, shapes):
+    # Both well within the one-shot's limit at 2 and 3 ranks; an empty array among them.
+    inputs = [[exact_input(70 + i, r, s, dtype, op) for i, s in enumerate(shapes)]
+              for r in range(size)]
+    mine = [a.copy() for a in inputs[rank]]
+    ringlet.average_gradients(mine, op=op, algorithm="shm")
+    for i, array in enumerate(mine):
+        expected = reference([inputs[r][i] for r in range(size)], op)
+        assert array.tobytes() == expected.tobytes(), (dtype, op, shapes[i])
+        assert same_on_every_rank(comm, array)
+
+
 @pytest.mark.parametrize("algorithm,dtype", [
     (algorithm, dtype) for algorithm in ringlet.algorithms()
     for dtype in ("float32", "bfloat16", "int64")

@@ -17,6 +17,7 @@ use _core::runtime::reduce_scatter::reduce_scatter_on;
 use _core::runtime::stall::{Sink, StallPolicy};
 use _core::transport::local::LocalTransport;
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
+use smallvec::smallvec;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -233,7 +234,7 @@ fn a_fused_group_equals_one_allreduce_per_array() {
                 postscale: 1.0,
                 fusion_bytes: 24, // a and c fit a buffer only with b apart
                 pack_below: Some(0),
-                shapes: vec![vec![3], vec![5], vec![2]],
+                shapes: vec![smallvec![3], smallvec![5], smallvec![2]],
                 thread: 0,
                 set: _core::runtime::process::WORLD,
             };
@@ -272,7 +273,7 @@ fn a_group_reduced_in_place_equals_the_group_packed_with_factors_and_compression
                     postscale: 0.25,
                     fusion_bytes: 1 << 20,
                     pack_below: Some(pack_below),
-                    shapes: vec![vec![4], vec![6], vec![3]],
+                    shapes: vec![smallvec![4], smallvec![6], smallvec![3]],
                     thread: 0,
                     set: _core::runtime::process::WORLD,
                 };
@@ -588,7 +589,7 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
             postscale: 1.0,
             fusion_bytes: 1 << 20,
             pack_below: Some(0),
-            shapes: vec![vec![3], vec![second]],
+            shapes: vec![smallvec![3], smallvec![second]],
             thread: 0,
             set: _core::runtime::process::WORLD,
         };
@@ -933,7 +934,7 @@ fn joined_group(wire: DType, pack_below: usize) -> Group {
         postscale: 0.5,
         fusion_bytes: 24,
         pack_below: Some(pack_below),
-        shapes: vec![vec![3], vec![5], vec![2]],
+        shapes: vec![smallvec![3], smallvec![5], smallvec![2]],
         thread: 0,
         set: _core::runtime::process::WORLD,
     }

@@ -12,7 +12,7 @@ use super::errors::PyKind;
 use super::rows::XlaDType;
 use crate::error::{CoreError, Result};
 use crate::runtime::broadcast::Array;
-use crate::runtime::grouped_allreduce::Group;
+use crate::runtime::grouped_allreduce::{Dims, Group};
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{self, DType, ReduceOp};
 use api::{CallFrame, Error};
@@ -119,7 +119,7 @@ fn run_tree_allreduce(frame: &Frame) -> Result<()> {
         if *dtype.get_or_insert(this) != this {
             return Err(internal("the arrays of a fused allreduce differ in dtype"));
         }
-        shapes.push(input.dims.clone());
+        shapes.push(Dims::from_slice(&input.dims));
         output.holding(&input)?;
         results.push(output);
     }
@@ -130,7 +130,7 @@ fn run_tree_allreduce(frame: &Frame) -> Result<()> {
         dtype,
         wire: dtype,
         op: frame.op()?,
-        algorithm: frame.string("algorithm")?.to_string(),
+        algorithm: frame.string("algorithm")?.to_string().into(),
         prescale: 1.0,
         postscale: 1.0,
         fusion_bytes: usize::try_from(frame.int("fusion_bytes")?).unwrap_or(0),

@@ -44,6 +44,10 @@ pub const SEGMENT_BYTES: usize = 1 << 20;
 const SLOTS: usize = 3;
 const _: () = assert!(2 * ONE_SHOT_MAX <= AREA_BYTES && SLOTS * SEGMENT_BYTES <= AREA_BYTES);
 
+/// The mean part size from which a fused run folds into each part where it is, rather than
+/// into scratch and then copied out: a fold costs a call, a copy a pass.
+const FOLD_EACH_PART_FROM: usize = 512;
+
 /// Elements combined per pass of the fold (an f32 batch of this many stays in L1).
 const FOLD_ELEMENTS: usize = 2048;
 
@@ -146,23 +150,44 @@ fn one_shot(
     unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len)? };
     // The call's check, if the runtime left it to this meeting: nothing is written before it.
     flags.sync_checked(transport)?;
-    let sources: Vec<*const u8> = (0..ranks).map(slot).collect();
-    if buf.parts().len() > 1 {
-        // A fused run of arrays: one fold into scratch, then a copy to each, costs less than a
-        // fold per array (the vector is at most a staging half, in cache).
+    let mut sources: smallvec::SmallVec<[*const u8; 8]> = (0..ranks).map(slot).collect();
+    let mine = flags.rank();
+    let parts = buf.parts().len();
+    if parts > 1 && len / parts < FOLD_EACH_PART_FROM {
+        // A fused run of small arrays: one fold into scratch, then a copy to each, costs less
+        // than a fold per array (the vector is at most a staging half, in cache). The scratch
+        // starts as this rank's vector and stands for it in the fold, which then combines the
+        // others into it where it is (at N=2 one pass, no accumulator).
         let mut reduced = Scratch::new(len);
         let reduced = reduced.bytes(len)?;
+        // SAFETY: this rank's half-area holds its `len` bytes; `reduced` is ours.
+        unsafe { std::ptr::copy_nonoverlapping(sources[mine], reduced.as_mut_ptr(), len) };
+        sources[mine] = reduced.as_ptr();
         // SAFETY: every rank's half-area holds its `len` bytes, posted before the step just
         // met, and nobody writes them until after this rank's next post; `reduced` is ours.
         unsafe { fold(reduction, &sources, &[reduced.as_mut_ptr()], len)? };
         // SAFETY: `reduced` holds `len` bytes nothing else writes.
         return unsafe { scatter(reduced.as_ptr(), buf, 0, len) };
     }
-    let [part] = buf.parts_mut() else {
-        return Ok(()); // no parts: nothing to reduce
-    };
-    // SAFETY: as above; the part is private.
-    unsafe { fold(reduction, &sources, &[part.as_mut_ptr()], len) }
+    // Each part still holds what this rank staged: it stands for this rank's piece, and the
+    // fold combines the others' pieces into it where it is.
+    let mut offset = 0;
+    for part in buf.parts_mut() {
+        let pieces: smallvec::SmallVec<[*const u8; 8]> = (0..ranks)
+            .map(|rank| {
+                if rank == mine {
+                    part.as_ptr()
+                } else {
+                    sources[rank].wrapping_add(offset)
+                }
+            })
+            .collect();
+        // SAFETY: as above, for the part's bytes of every rank's half-area; the part is
+        // private.
+        unsafe { fold(reduction, &pieces, &[part.as_mut_ptr()], part.len())? };
+        offset += part.len();
+    }
+    Ok(())
 }
 
 /// Where a rank's vector lies for the two-shot path.
@@ -306,13 +331,9 @@ fn two_shot(
 /// # Safety
 /// `to` must be valid for `len` bytes that nothing else touches meanwhile.
 unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) -> Result<()> {
-    let mut written = 0;
-    for piece in buf.get(start..start + len)? {
-        // SAFETY: the caller's contract for `to`; the piece is a live slice of the vector.
-        unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), to.add(written), piece.len()) };
-        written += piece.len();
-    }
-    Ok(())
+    // SAFETY: the caller's contract for `to`.
+    let to = unsafe { std::slice::from_raw_parts_mut(to, len) };
+    buf.read_into(start..start + len, to)
 }
 
 /// Copy `len` bytes from `from` into bytes `start .. start + len` of the vector.
@@ -320,13 +341,9 @@ unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) -> Result<(
 /// # Safety
 /// `from` must be valid for `len` bytes that nothing writes meanwhile.
 unsafe fn scatter(from: *const u8, buf: &mut Parts, start: usize, len: usize) -> Result<()> {
-    let mut read = 0;
-    for piece in buf.get_mut(start..start + len)? {
-        // SAFETY: the caller's contract for `from`; the piece is this rank's own.
-        unsafe { std::ptr::copy_nonoverlapping(from.add(read), piece.as_mut_ptr(), piece.len()) };
-        read += piece.len();
-    }
-    Ok(())
+    // SAFETY: the caller's contract for `from`.
+    let from = unsafe { std::slice::from_raw_parts(from, len) };
+    buf.write_from(start..start + len, from)
 }
 
 /// Every output `= sources[0] ⊕ sources[1] ⊕ ... ` over `len` bytes, in that order, a block at

@@ -147,7 +147,7 @@ impl Allreduce for TwoTier {
                 pre: 1.0,
                 ..*reduction
             };
-            let mut pieces = Parts::new(buf.get_mut(share.clone())?.into_iter().collect());
+            let mut pieces = Parts::new(buf.get_mut(share.clone())?);
             let schedule = across(peers.size(), share.len(), tuning);
             if peers.size() > 1 {
                 schedule.run(&peers, &mut pieces, &whole, tuning)?;

@@ -14,15 +14,19 @@ use std::ops::Range;
 /// (part, byte range within it) per piece of a range.
 type Located = SmallVec<[(usize, Range<usize>); 2]>;
 
+/// Parts held inline: a step's bucket of small gradients allocates nothing per call.
+const INLINE_PARTS: usize = 16;
+
 pub struct Parts<'a> {
-    parts: Vec<&'a mut [u8]>,
+    parts: SmallVec<[&'a mut [u8]; INLINE_PARTS]>,
     /// `starts[i]` is where part i begins in the concatenation; the last entry is the length.
-    starts: Vec<usize>,
+    starts: SmallVec<[usize; INLINE_PARTS + 1]>,
 }
 
 impl<'a> Parts<'a> {
-    pub fn new(parts: Vec<&'a mut [u8]>) -> Self {
-        let mut starts = Vec::with_capacity(parts.len() + 1);
+    pub fn new(parts: impl IntoIterator<Item = &'a mut [u8]>) -> Self {
+        let parts: SmallVec<[&'a mut [u8]; INLINE_PARTS]> = parts.into_iter().collect();
+        let mut starts = SmallVec::with_capacity(parts.len() + 1);
         let mut offset = 0;
         starts.push(0);
         for part in &parts {
@@ -34,7 +38,7 @@ impl<'a> Parts<'a> {
 
     /// One contiguous buffer.
     pub fn one(buf: &'a mut [u8]) -> Self {
-        Parts::new(vec![buf])
+        Parts::new([buf])
     }
 
     /// Bytes in all.
@@ -81,6 +85,31 @@ impl<'a> Parts<'a> {
             }
         }
         Ok(pieces)
+    }
+
+    /// Copy bytes `range` of the vector into `out` (exactly as long).
+    pub fn read_into(&self, range: Range<usize>, out: &mut [u8]) -> Result<()> {
+        check_length(&range, out.len())?;
+        let mut written = 0;
+        for (part, within) in spans(&self.starts, range)? {
+            let piece = &self.parts[part][within];
+            out[written..written + piece.len()].copy_from_slice(piece);
+            written += piece.len();
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into bytes `range` of the vector (exactly as long).
+    pub fn write_from(&mut self, range: Range<usize>, data: &[u8]) -> Result<()> {
+        check_length(&range, data.len())?;
+        let mut read = 0;
+        for (part, within) in spans(&self.starts, range)? {
+            let piece = &mut self.parts[part][within];
+            let len = piece.len();
+            piece.copy_from_slice(&data[read..read + len]);
+            read += len;
+        }
+        Ok(())
     }
 
     /// The lengths of `range`'s pieces.
@@ -156,6 +185,43 @@ impl<'a> Parts<'a> {
     }
 }
 
+/// Each part's (index, range within it) that `range` of the concatenation covers, in order,
+/// given the parts' `starts`; without allocating (a fused run of many small arrays is copied
+/// in and out on every call).
+fn spans(
+    starts: &[usize],
+    range: Range<usize>,
+) -> Result<impl Iterator<Item = (usize, Range<usize>)> + '_> {
+    let len = starts.last().copied().unwrap_or(0);
+    if range.start > range.end || range.end > len {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: bytes {range:?} of a {len}-byte vector"
+        )));
+    }
+    let first = starts
+        .partition_point(|&s| s <= range.start)
+        .saturating_sub(1);
+    Ok(starts
+        .windows(2)
+        .enumerate()
+        .skip(first)
+        .take_while(move |(_, w)| w[0] < range.end)
+        .filter_map(move |(part, w)| {
+            let (from, to) = (range.start.max(w[0]), range.end.min(w[1]));
+            (from < to).then(|| (part, from - w[0]..to - w[0]))
+        }))
+}
+
+fn check_length(range: &Range<usize>, len: usize) -> Result<()> {
+    if range.len() != len {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: {len} bytes for the {}-byte range {range:?}",
+            range.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,7 +229,7 @@ mod tests {
     #[test]
     fn ranges_are_cut_at_part_boundaries_and_empty_parts_are_skipped() {
         let (mut a, mut b, mut c, mut d) = ([0u8; 3], [0u8; 0], [0u8; 5], [0u8; 2]);
-        let mut parts = Parts::new(vec![&mut a, &mut b, &mut c, &mut d]);
+        let mut parts = Parts::new([&mut a[..], &mut b[..], &mut c[..], &mut d[..]]);
         assert_eq!(parts.len(), 10);
         assert_eq!(parts.cuts(0..10).expect("cuts").as_slice(), &[3, 5, 2]);
         assert_eq!(parts.cuts(2..4).expect("cuts").as_slice(), &[1, 1]);
@@ -186,5 +252,25 @@ mod tests {
         assert!(parts.carve(&[0..4, 3..5]).is_err());
         let flat: Vec<u8> = parts.get(0..10).expect("all").concat();
         assert_eq!(flat, [0, 1, 1, 1, 0, 0, 9, 9, 9, 0]);
+    }
+
+    #[test]
+    fn copies_in_and_out_span_parts_and_skip_empty_ones() {
+        let (mut a, mut b, mut c, mut d) = ([0u8; 3], [0u8; 0], [0u8; 5], [0u8; 2]);
+        let mut parts = Parts::new([&mut a[..], &mut b[..], &mut c[..], &mut d[..]]);
+        parts
+            .write_from(2..9, &[1, 2, 3, 4, 5, 6, 7])
+            .expect("in range");
+        let mut out = [0u8; 10];
+        parts.read_into(0..10, &mut out).expect("in range");
+        assert_eq!(out, [0, 0, 1, 2, 3, 4, 5, 6, 7, 0]);
+        let mut middle = [0u8; 4];
+        parts.read_into(3..7, &mut middle).expect("in range");
+        assert_eq!(middle, [2, 3, 4, 5]);
+        assert!(parts.read_into(8..11, &mut [0u8; 3]).is_err());
+        assert!(parts.write_from(0..2, &[1]).is_err());
+        parts
+            .read_into(4..4, &mut [])
+            .expect("an empty range copies nothing");
     }
 }

@@ -225,8 +225,7 @@ pub fn run_with(
                         offset += bytes;
                     }
                     scratch::reset_peak();
-                    let mut parts =
-                        Parts::new(buffers.iter_mut().map(|b| b.as_mut_slice()).collect());
+                    let mut parts = Parts::new(buffers.iter_mut().map(|b| b.as_mut_slice()));
                     let result = schedules::allreduce(
                         &transport,
                         schedule,
@@ -240,6 +239,7 @@ pub fn run_with(
                         panic!("rank {} failed: {e}", transport.rank());
                     }
                     let peak = scratch::peak_bytes();
+                    drop(parts);
                     let result: Vec<u8> =
                         buffers.iter().flat_map(|b| b.as_slice().to_vec()).collect();
                     (result, transport, peak)
