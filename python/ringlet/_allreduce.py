@@ -11,7 +11,6 @@ from ._arrays import as_array, check_out, fill, refused_together
 from ._collectives import check_algorithm
 from ._dtypes import check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import register_thread, thread_state
 
 
 def allreduce(
@@ -30,8 +29,8 @@ def allreduce(
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """
-    if not getattr(thread_state, "registered", False):
-        register_thread()
+    # The core takes the call unless it needs the checks below (which also name a thread the
+    # first time it calls: see ringlet._runtime.register_thread).
     if process_set is None or type(process_set) is ProcessSet:
         set_id = 0 if process_set is None else process_set.id
         result = _core.allreduce_fast(x, op, out, algorithm, set_id)

@@ -21,7 +21,7 @@ from ._arrays import refused_together, why_not_in_place
 from ._collectives import Handle, broadcast_object, check_algorithm
 from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._membership import ProcessSet, place
-from ._runtime import register_thread, thread_state, topology
+from ._runtime import register_thread, topology
 
 DEFAULT_FUSION_THRESHOLD = _core.default_fusion_threshold()
 """Bytes per fusion buffer unless ``fusion_threshold=`` or RINGLET_FUSION_THRESHOLD says."""
@@ -299,9 +299,8 @@ def average_gradients(
 def _fast_group(arrays: Sequence[np.ndarray], op: str, fusion_threshold: int | None,
                 process_set: ProcessSet | None) -> bool:
     """The common case of a grouped allreduce, checked and run in the core; False when it is
-    not that case (the caller's checks then explain what is wrong, on every rank)."""
-    if not getattr(thread_state, "registered", False):
-        register_thread()
+    not that case (the caller's checks then explain what is wrong, on every rank, and name a
+    thread that calls for the first time)."""
     if fusion_threshold is not None and not (type(fusion_threshold) is int
                                              and 0 <= fusion_threshold < 1 << 62):
         return False

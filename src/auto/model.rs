@@ -13,7 +13,7 @@ use crate::schedules::{Algorithm, Tiered, Tuning};
 use crate::transport::{Nodes, DEFAULT_MAX_MESSAGE_BYTES};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Seconds per byte combined for a dtype calibration has not measured.
@@ -223,11 +223,14 @@ impl Parameters {
 static INSTALLED: RwLock<Option<Arc<Parameters>>> = RwLock::new(None);
 /// Bumped by every install and clear: tables built from older parameters are rebuilt.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Whether `INSTALLED` holds parameters: every small call asks, and a flag costs no lock.
+static IS_INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Install the parameters every `auto` decision uses (every rank the same ones).
 pub fn install(parameters: Parameters) -> Result<()> {
     parameters.check()?;
     *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(parameters));
+    IS_INSTALLED.store(true, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -236,7 +239,13 @@ pub fn install(parameters: Parameters) -> Result<()> {
 /// see): `auto` waits for the next install.
 pub fn clear() {
     *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = None;
+    IS_INSTALLED.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether parameters are installed (as `installed().is_some()`, without taking the lock).
+pub fn is_installed() -> bool {
+    IS_INSTALLED.load(Ordering::Acquire)
 }
 
 /// The installed parameters, if any.

@@ -9,7 +9,8 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::{Allreduce, Tuning};
 use crate::transport::Transport;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 /// What a call runs under `auto`, as a [`Refiner`] decided it.
 #[derive(Clone, Copy)]
@@ -56,7 +57,8 @@ struct Built {
 #[derive(Default)]
 pub struct Refiner {
     built: Option<Built>,
-    ranges: HashMap<(DType, ReduceOp, usize), RangeState>,
+    /// Looked up a few times per call: a fast hash, not SipHash (keys are ours, not hostile).
+    ranges: FxHashMap<(DType, ReduceOp, usize), RangeState>,
     /// `RINGLET_EXPLORE=0`: always the table's winner.
     off: bool,
 }
@@ -149,11 +151,7 @@ impl Refiner {
         key: (DType, ReduceOp, usize),
         range: &Range,
     ) -> (&'static dyn Allreduce, Option<&'static dyn Allreduce>) {
-        let swapped = self.ranges.get(&key).is_some_and(|s| s.swapped);
-        match (range.runner_up, swapped) {
-            (Some(runner_up), true) => (runner_up, Some(range.winner)),
-            (runner_up, _) => (range.winner, runner_up),
-        }
+        standing(range, self.ranges.get(&key).is_some_and(|s| s.swapped))
     }
 
     /// The range of the table that `nbytes` of `dtype` under `op` falls in, and its key.
@@ -184,9 +182,9 @@ impl Refiner {
         tuning: &Tuning,
     ) -> Result<Pick> {
         let (key, range) = self.range(dtype, op, nbytes, transport, tuning)?;
-        let (first, second) = self.standing(key, &range);
         let off = self.off;
         let state = self.state(key);
+        let (first, second) = standing(&range, state.swapped);
         let exploring = !off && second.is_some() && state.calls + 1 == state.next_try;
         Ok(Pick {
             schedule: match second {
@@ -289,6 +287,17 @@ impl Refiner {
             .collect();
         rows.sort_by_key(|r| (r.0.name(), r.1.name(), r.2));
         rows
+    }
+}
+
+/// A range's (winner, runner-up), `swapped` or not.
+fn standing(
+    range: &Range,
+    swapped: bool,
+) -> (&'static dyn Allreduce, Option<&'static dyn Allreduce>) {
+    match (range.runner_up, swapped) {
+        (Some(runner_up), true) => (runner_up, Some(range.winner)),
+        (runner_up, _) => (range.winner, runner_up),
     }
 }
 

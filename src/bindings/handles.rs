@@ -245,7 +245,10 @@ pub fn allreduce_group_fast(
     let Some((_, dtype)) = known else {
         return Ok(true); // nothing to reduce, as the Python layer would find
     };
-    if !crate::runtime::allreduce::ready("auto", dtype, op) || !process::is_initialized() {
+    if !crate::runtime::allreduce::ready("auto", dtype, op)
+        || !process::is_initialized()
+        || !process::caller_named()
+    {
         return Ok(false);
     }
     let group = Group {

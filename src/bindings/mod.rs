@@ -233,7 +233,10 @@ fn allreduce_fast<'py>(
         Some(out) if out.is(x) => true,
         Some(_) => return Ok(None),
     };
-    if !runtime::allreduce::ready(algorithm, dtype, op) || !process::is_initialized() {
+    if !runtime::allreduce::ready(algorithm, dtype, op)
+        || !process::is_initialized()
+        || !process::caller_named()
+    {
         return Ok(None);
     }
     let target = if in_place {

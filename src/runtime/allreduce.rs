@@ -223,7 +223,7 @@ fn named(
 /// Python layer runs or loads the calibration first).
 pub fn ready(algorithm: &str, dtype: DType, op: ReduceOp) -> bool {
     match algorithm {
-        "auto" => auto::model::installed().is_some(),
+        "auto" => auto::model::is_installed(),
         name => can_reduce(name, dtype, op),
     }
 }

@@ -360,12 +360,22 @@ static NEXT_CALLER: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static CALLER: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The Python layer has named this thread ([`set_caller_thread`]).
+    static NAMED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Name this thread for the consistency check (the Python layer passes a hash of the Python
 /// thread's name, which is the same on every rank when threads are created in the same order).
 pub fn set_caller_thread(key: u64) {
     CALLER.with(|caller| caller.set(Some(key)));
+    NAMED.with(|named| named.set(true));
+}
+
+/// Whether the Python layer has named this thread: the fast paths leave a thread it has not
+/// named to the Python layer, which names it first (a thread-local flag here costs less than
+/// the Python layer's own check on every call).
+pub fn caller_named() -> bool {
+    NAMED.with(Cell::get)
 }
 
 /// Run `f` as caller `key`, then give the thread its own key back (XLA runs ringlet's

@@ -20,7 +20,7 @@ use super::waiting::{wait_policy, Backoff};
 use crate::error::{CoreError, Result};
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -62,7 +62,9 @@ pub struct Flags {
     step: AtomicU64,
     /// A call's (sequence, digest) to post with the next step and compare there (see
     /// [`Flags::expect`]).
-    expected: Mutex<Option<[u64; 2]>>,
+    expected: [AtomicU64; 2],
+    /// Whether `expected` holds a pair to post (atomics, not a lock: every small call posts).
+    has_expected: AtomicBool,
     /// In-process groups give up on a rank that never comes (a test must not hang); MPI ranks
     /// wait, watched by the stall inspector.
     give_up_after: Option<Duration>,
@@ -102,7 +104,8 @@ impl Flags {
             ranks,
             rank,
             step: AtomicU64::new(step),
-            expected: Mutex::new(None),
+            expected: [AtomicU64::new(0), AtomicU64::new(0)],
+            has_expected: AtomicBool::new(false),
             give_up_after,
         }
     }
@@ -201,17 +204,21 @@ impl Flags {
     /// [`sync_checked`](Self::sync_checked) makes, so that the ranks compare their calls at a
     /// meeting they have anyway.
     pub fn expect(&self, pair: [u64; 2]) {
-        *self.expected.lock().unwrap_or_else(|e| e.into_inner()) = Some(pair);
+        // One thread makes a communicator's calls at a time: the flag only publishes the pair.
+        for (slot, value) in self.expected.iter().zip(pair) {
+            slot.store(value, Ordering::Relaxed);
+        }
+        self.has_expected.store(true, Ordering::Release);
     }
 
     /// [`sync`](Self::sync), carrying the pair given to [`expect`](Self::expect) if there is
     /// one; `Err(Unsettled)` if any rank posted another pair (every rank then sees it).
     pub fn sync_checked(&self, waiter: &dyn Waiter) -> Result<u64> {
-        let expected = self
-            .expected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let expected = self.has_expected.swap(false, Ordering::Acquire).then(|| {
+            self.expected
+                .each_ref()
+                .map(|slot| slot.load(Ordering::Relaxed))
+        });
         let words = match expected {
             Some([seq, digest]) => [seq, digest, 0, 0],
             None => [0; WORDS],

@@ -166,3 +166,31 @@ def test_mpi4py_on_another_mpi_library_is_refused(monkeypatch, comm):
         sub.Free()
     monkeypatch.undo()
     assert ringlet.allreduce(np.ones(2), "sum")[0] == comm.Get_size(), "ringlet still works"
+
+
+@pytest.mark.parametrize("call", ["allreduce", "average_gradients"])
+def test_a_threads_first_fast_call_names_it(size, call):
+    """The fast paths leave a thread the Python layer has not named yet to the Python layer,
+    which names it (the consistency check tells threads apart by their names' hash)."""
+    import threading
+    import zlib
+
+    from ringlet._runtime import thread_state
+
+    ringlet.allreduce(np.ones(1, np.float32))  # the cost model is in place: the fast path runs
+    seen: list[tuple[bool, int | None, float]] = []
+
+    def first_call() -> None:
+        x = np.ones(4, np.float32)
+        if call == "allreduce":
+            ringlet.allreduce(x, "sum", out=x)
+        else:
+            ringlet.average_gradients([x], op="sum")
+        seen.append((getattr(thread_state, "registered", False),
+                     getattr(thread_state, "key", None), float(x[0])))
+
+    thread = threading.Thread(target=first_call, name=f"first-{call}")
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the thread's first call hung"
+    assert seen == [(True, zlib.crc32(f"first-{call}".encode()), float(size))]
