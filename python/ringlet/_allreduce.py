@@ -22,10 +22,11 @@ def allreduce(
     ``op`` is "sum", "avg", "min", "max" or "prod" ("avg" is the sum divided by the number of
     ranks; integers truncate toward zero). ``x`` may have any shape and layout; with
     ``out=x`` the reduction happens in place with no copy (x must then be C-contiguous and
-    writeable). ``algorithm`` is "auto" or one of ``ringlet.ALGORITHMS`` (for example "ring",
-    "halving_doubling", or "mpi", the MPI library's own MPI_Allreduce, which has no 16-bit
-    floats). With ``process_set`` (from ``ringlet.add_process_set``), only its members take
-    part and "avg" divides by its size.
+    writeable). Otherwise the result goes to ``out`` or a new array, and a C-contiguous ``x``
+    is only read, where it is: no copy of it precedes the collective. ``algorithm`` is "auto"
+    or one of ``ringlet.ALGORITHMS`` (for example "ring", "halving_doubling", or "mpi", the MPI
+    library's own MPI_Allreduce, which has no 16-bit floats). With ``process_set`` (from
+    ``ringlet.add_process_set``), only its members take part and "avg" divides by its size.
 
     Every rank gets bit-identical results. The GIL is released while communicating.
     """

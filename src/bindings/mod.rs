@@ -202,11 +202,13 @@ fn wait_policy(spin_us: Option<u64>, max_sleep_us: Option<u64>) -> (u64, u64) {
 }
 
 /// The common call without a detour through Python: `x` a NumPy array of a registered dtype,
-/// `out` None, `x` itself (C-contiguous, aligned, writeable) or a copy made here, ringlet
-/// initialized, and for "auto" the cost model installed. Returns the result, or None to let
-/// the Python layer take the call (it validates everything and explains what is wrong). On a
-/// process set this rank is not in, or one that is gone, the core refuses it before sending
-/// anything, in the words the Python layer would use.
+/// `out` None (a new array), `x` itself (in place: C-contiguous, aligned, writeable) or another
+/// array of `x`'s dtype and shape, ringlet initialized, and for "auto" the cost model
+/// installed. Out of place, `x` is read where it is (C-contiguous and aligned; otherwise from a
+/// copy made here). Returns the result, or None to let the Python layer take the call (it
+/// validates everything and explains what is wrong). On a process set this rank is not in, or
+/// one that is gone, the core refuses it before sending anything, in the words the Python layer
+/// would use.
 #[pyfunction]
 #[pyo3(signature = (x, op, out, algorithm, process_set = 0))]
 fn allreduce_fast<'py>(
@@ -228,10 +230,16 @@ fn allreduce_fast<'py>(
     let (Some(dtype), Ok(op)) = (known_dtype(&array.dtype()), ReduceOp::from_name(op)) else {
         return Ok(None);
     };
-    let in_place = match out {
-        None => false,
-        Some(out) if out.is(x) => true,
-        Some(_) => return Ok(None),
+    // The array given as `out`, if any: `x` itself, or another of its dtype and shape.
+    let given = match out {
+        None => None,
+        Some(out) => match out.cast::<PyUntypedArray>() {
+            Ok(out) if out.is(x) => Some(out.clone()),
+            Ok(out) if out.shape() == array.shape() && known_dtype(&out.dtype()) == Some(dtype) => {
+                Some(out.clone())
+            }
+            _ => return Ok(None),
+        },
     };
     if !runtime::allreduce::ready(algorithm, dtype, op)
         || !process::is_initialized()
@@ -239,20 +247,89 @@ fn allreduce_fast<'py>(
     {
         return Ok(None);
     }
-    let target = if in_place {
-        array.clone()
-    } else {
-        x.call_method0("copy")?.cast_into::<PyUntypedArray>()?
+    let shape = array.shape();
+    // SAFETY: `x` is the caller's for the whole call; only read.
+    let input = unsafe { readable_bytes(array, "allreduce") }.ok();
+    let target = match (given, input) {
+        (Some(target), _) if target.is(x) => target,
+        (Some(target), Some(input)) => {
+            // SAFETY: `target` is the caller's for the whole call.
+            let Some(output) = (unsafe { writable_bytes(&target) }) else {
+                return Ok(None);
+            };
+            if overlap(input, output) {
+                return Ok(None); // the Python layer copies first
+            }
+            detached(py, || {
+                runtime::allreduce::allreduce_into(
+                    input,
+                    output,
+                    dtype,
+                    op,
+                    shape,
+                    algorithm,
+                    process_set,
+                )
+            })?;
+            return Ok(Some(target.into_any()));
+        }
+        (Some(_), None) => return Ok(None),
+        (None, Some(input)) => {
+            let fresh = new_like(py, array)?;
+            // SAFETY: `fresh` is this call's until it returns it.
+            let Some(output) = (unsafe { writable_bytes(&fresh) }) else {
+                return Ok(None);
+            };
+            detached(py, || {
+                runtime::allreduce::allreduce_into(
+                    input,
+                    output,
+                    dtype,
+                    op,
+                    shape,
+                    algorithm,
+                    process_set,
+                )
+            })?;
+            return Ok(Some(fresh.into_any()));
+        }
+        (None, None) => x.call_method0("copy")?.cast_into::<PyUntypedArray>()?,
     };
     // SAFETY: `target` stays alive (owned by this call or the caller) until we return.
     let Some(bytes) = (unsafe { writable_bytes(&target) }) else {
         return Ok(None);
     };
-    let shape = target.shape();
     detached(py, || {
         runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, process_set)
     })?;
     Ok(Some(target.into_any()))
+}
+
+/// A new C-contiguous array of `array`'s dtype and shape (and subclass, as `copy()` keeps it),
+/// its contents unset.
+fn new_like<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyUntypedArray>,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    // SAFETY: `array` is a live NumPy array; the call returns a new reference, or null with a
+    // Python error set.
+    let fresh = unsafe {
+        let pointer = numpy::npyffi::PY_ARRAY_API.PyArray_NewLikeArray(
+            py,
+            array.as_array_ptr(),
+            numpy::npyffi::NPY_ORDER::NPY_CORDER,
+            std::ptr::null_mut(),
+            1,
+        );
+        Bound::from_owned_ptr_or_err(py, pointer)?
+    };
+    Ok(fresh.cast_into::<PyUntypedArray>()?)
+}
+
+/// Whether two byte ranges share memory.
+fn overlap(a: &[u8], b: &[u8]) -> bool {
+    let (a_start, b_start) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    !a.is_empty() && !b.is_empty() && a_start < b_start + b.len() && b_start < a_start + a.len()
 }
 
 /// Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements.

@@ -32,6 +32,35 @@ pub fn allreduce(
     })
 }
 
+/// Allreduce `input` (an array of `shape`, only read) into `output` (as long, not
+/// overlapping it) on ringlet's communicator, after any queued work: no copy precedes the
+/// collective where the schedule reads its input in its first step.
+pub fn allreduce_into(
+    input: &[u8],
+    output: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    algorithm: &str,
+    set: SetId,
+) -> Result<()> {
+    let thread = process::caller_for("allreduce")?;
+    worker::run_in_order(|| {
+        process::with_communicator(set, |comm| {
+            reduce_on(
+                comm,
+                Some(input),
+                output,
+                dtype,
+                op,
+                shape,
+                algorithm,
+                thread,
+            )
+        })
+    })
+}
+
 /// Validate, agree, run, record.
 pub fn allreduce_on(
     comm: &Communicator,
@@ -42,8 +71,26 @@ pub fn allreduce_on(
     algorithm: &str,
     thread: u64,
 ) -> Result<()> {
+    reduce_on(comm, None, buf, dtype, op, shape, algorithm, thread)
+}
+
+/// [`allreduce_on`] in place (`input` None) or from `input` into `buf`.
+#[allow(clippy::too_many_arguments)]
+fn reduce_on(
+    comm: &Communicator,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    algorithm: &str,
+    thread: u64,
+) -> Result<()> {
     let chosen = choose_on(comm, algorithm, dtype, op, buf.len()).and_then(|chosen| {
         check_array(buf, dtype, shape)?;
+        if let Some(input) = input {
+            check_input(input, buf, dtype)?;
+        }
         Ok(chosen)
     });
     let call = Call {
@@ -72,23 +119,62 @@ pub fn allreduce_on(
     let (seq, together) = begin(comm, schedule, &call, buf.len())?;
     let started = Instant::now();
     let tuning = comm.settings().tuning;
-    let mut parts = Parts::one(buf);
-    // Ranks that have joined take part in a second run, replaying it.
+    let len = buf.len();
+    // Ranks that have joined take part in a second run, replaying it (out of place, the input
+    // is unchanged for it).
     let together = together
-        & settled(comm, &call, seq, || {
-            schedules::allreduce(
+        & settled(comm, &call, seq, || match input {
+            None => schedules::allreduce(
                 transport,
                 schedule,
-                &mut parts,
+                &mut Parts::one(&mut *buf),
                 dtype,
                 op,
                 Factors::NONE,
                 &tuning,
-            )
+            ),
+            Some(input) => schedules::allreduce_from(
+                transport,
+                schedule,
+                input,
+                &mut *buf,
+                dtype,
+                op,
+                Factors::NONE,
+                &tuning,
+            ),
         })?;
     let elapsed = started.elapsed();
-    stats::record(schedule.name(), parts.len(), elapsed);
-    refine(comm, pick, parts.len(), elapsed, together)
+    stats::record(schedule.name(), len, elapsed);
+    refine(comm, pick, len, elapsed, together)
+}
+
+/// An out-of-place call's input: as long as its result, aligned alike, and apart from it.
+fn check_input(input: &[u8], output: &[u8], dtype: DType) -> Result<()> {
+    schedules::check_buffer(input, dtype)?;
+    let (start, end) = (
+        input.as_ptr() as usize,
+        input.as_ptr() as usize + input.len(),
+    );
+    let (out_start, out_end) = (
+        output.as_ptr() as usize,
+        output.as_ptr() as usize + output.len(),
+    );
+    if input.len() != output.len() {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: a {}-byte input for a {}-byte result",
+            input.len(),
+            output.len()
+        )));
+    }
+    if !input.is_empty() && start < out_end && out_start < end {
+        return Err(CoreError::InvalidArgument(
+            "the input and the result overlap in memory; pass separate arrays, or the same \
+             array to reduce in place"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Start `call` (of `bytes` for `schedule`): its check rides on the schedule's first meeting

@@ -358,6 +358,22 @@ pub trait Allreduce: Algorithm {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()>;
+
+    /// [`run`](Self::run) out of place: every rank's `input` (only read) reduced into its
+    /// `output`, as long. By default `output` starts as a copy of `input`; a schedule whose
+    /// first touch of each byte can read the caller's vector overrides this, so that no copy
+    /// precedes the collective (a framework's argument, which it keeps, is reduced in one pass).
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &[u8],
+        output: &mut [u8],
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
+        output.copy_from_slice(input);
+        self.run(transport, &mut Parts::one(output), reduction, tuning)
+    }
 }
 
 pub trait Broadcast: Algorithm {
@@ -538,6 +554,53 @@ pub fn allreduce(
         }
     }
     Ok(())
+}
+
+/// [`allreduce`] out of place: `input` (only read) reduced into `output`, which must be as
+/// long and must not overlap it.
+#[allow(clippy::too_many_arguments)]
+pub fn allreduce_from(
+    transport: &dyn Transport,
+    schedule: &dyn Allreduce,
+    input: &[u8],
+    output: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    factors: Factors,
+    tuning: &Tuning,
+) -> Result<()> {
+    check_buffer(input, dtype)?;
+    check_buffer(output, dtype)?;
+    if input.len() != output.len() {
+        return Err(CoreError::InvalidArgument(format!(
+            "internal: a {}-byte input for a {}-byte result",
+            input.len(),
+            output.len()
+        )));
+    }
+    let ranks = transport.size();
+    if ranks <= 1 || !schedule.folds_scaling() {
+        // Scaled in sweeps over the result (or nothing to exchange): from a copy.
+        output.copy_from_slice(input);
+        return allreduce(
+            transport,
+            schedule,
+            &mut Parts::one(output),
+            dtype,
+            op,
+            factors,
+            tuning,
+        );
+    }
+    let reduction = Reduction {
+        dtype,
+        op,
+        pre: factors.pre,
+        post: factors.post,
+        ranks,
+        scaled: true,
+    };
+    schedule.run_from(transport, input, output, &reduction, tuning)
 }
 
 /// [`allreduce`] of one contiguous buffer, without factors.

@@ -64,6 +64,31 @@ def test_separate_out_array_receives_the_result(rank, size, algorithm):
     assert np.array_equal(x, inputs[rank])
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "shm", "ring"])
+@pytest.mark.parametrize("count", [3000, 700_000])  # shm: one-shot; two-shot over 3 segments
+def test_out_of_place_reads_the_input_and_writes_every_byte_of_the_result(
+        comm, rank, size, algorithm, count):
+    inputs = [exact_input(21, r, (count,), "float32", "sum") for r in range(size)]
+    x = inputs[rank].copy()
+    x.flags.writeable = False  # only read: a framework's tensor
+    out = np.full(count, np.nan, np.float32)
+    result = ringlet.allreduce(x, "sum", out=out, algorithm=algorithm)
+    assert result is out
+    assert out.tobytes() == reference(inputs, "sum").tobytes()
+    fresh = ringlet.allreduce(x, "avg", algorithm=algorithm)
+    assert fresh is not x and fresh.tobytes() == reference(inputs, "avg").tobytes()
+    assert np.array_equal(x, inputs[rank])
+    assert same_on_every_rank(comm, fresh)
+
+
+def test_an_out_that_overlaps_the_input_is_refused_on_every_rank(rank, size):
+    buffer = np.arange(1001, dtype=np.float64)
+    with pytest.raises(ValueError, match="overlaps"):
+        ringlet.allreduce(buffer[:1000], "sum", out=buffer[1:])
+    assert np.array_equal(buffer, np.arange(1001, dtype=np.float64))
+    assert ringlet.allreduce(np.ones(3), "sum")[0] == size  # the ranks are still in step
+
+
 @pytest.mark.parametrize(
     ("algorithm", "dtype"),
     [(a, d) for a, d in itertools.product(ALGORITHMS, ["float32", "bfloat16", "int64"])

@@ -532,6 +532,57 @@ impl Allreduce for Unfolded {
 }
 
 #[test]
+fn every_schedule_reduces_out_of_place_as_in_place_and_leaves_the_input() {
+    // Counts from empty to two-shot shared memory over two segments (`shm`'s own path); the
+    // result starts as junk, so every byte must be written.
+    yield_while_waiting();
+    let factors = Factors {
+        pre: 2.0,
+        post: 0.5,
+    };
+    let mut ran = Vec::new();
+    for schedule in allreduce_under_test() {
+        let name = schedule.name();
+        ran.push(name);
+        for n in walked_rank_counts(&[1, 2, 3, 4, 5]) {
+            for count in [0usize, 1, 37, 1000, 20_000, 300_000] {
+                for dtype in [DType::F32, DType::BF16, DType::F64, DType::I64] {
+                    for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+                        if count == 300_000 && (n > 3 || op != ReduceOp::Sum) {
+                            continue; // the long vector once per dtype: it is slow on threads
+                        }
+                        let integer = matches!(dtype, DType::I32 | DType::I64);
+                        let factors = if integer { Factors::NONE } else { factors };
+                        let per_rank = exact_inputs(n, count, op);
+                        let expected =
+                            reference_scaled(dtype, op, &per_rank, factors.pre, factors.post);
+                        let inputs: Vec<Vec<u8>> =
+                            per_rank.iter().map(|v| encode(dtype, v)).collect();
+                        let setup = Setup {
+                            factors,
+                            ..Setup::default()
+                        };
+                        let in_place = run_with(schedule, inputs.clone(), dtype, op, &setup);
+                        let setup = Setup {
+                            out_of_place: true,
+                            ..setup
+                        };
+                        let out_of_place = run_with(schedule, inputs, dtype, op, &setup);
+                        for r in 0..n {
+                            let what = format!("{name} N={n} count={count} {dtype:?} {op:?}");
+                            assert!(out_of_place[r].result == expected, "{what}: rank {r}");
+                            assert!(in_place[r].result == expected, "{what}: rank {r}");
+                            assert_eq!(out_of_place[r].unreceived, 0, "{what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_covered("out of place", &ran);
+}
+
+#[test]
 fn scaling_folded_into_the_combines_equals_sweeps_before_and_after() {
     let factors = Factors {
         pre: 2.0,

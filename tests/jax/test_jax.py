@@ -265,6 +265,29 @@ def test_collectives_in_a_jitted_function_are_chained_in_program_order():
     assert token == f"{first}#1", text
 
 
+def test_an_argument_is_reduced_from_where_it_is_and_a_computed_value_in_place(rank, size):
+    """A result aliased to a jitted function's argument makes XLA copy the argument first (it
+    keeps it); the allreduce reads it where it is instead. A computed value's buffer is free to
+    reuse: its result stays aliased."""
+    def aliases(function, x) -> list[str]:
+        text = jax.jit(function).lower(x).as_text()
+        return re.findall(r"custom_call @ringlet_allreduce\(.*", text)
+
+    x = jnp.arange(6.0)
+    (argument,) = aliases(lambda x: rj.allreduce(x), x)
+    (computed,) = aliases(lambda x: rj.allreduce(x + 1), x)
+    assert "output_operand_aliases" not in argument, argument
+    assert "output_operand_aliases" in computed, computed
+    for n in (1000, 700_001):  # shm's one-shot, and its two-shot over segments
+        inputs = everyone(n, size, (n,), "float32")
+        given = jnp.asarray(inputs[rank])
+        for function, shift in ((lambda x: rj.allreduce(x), 0), (lambda x: rj.allreduce(x + 1), 1)):
+            got = jax.jit(function)(given)
+            expected = reference([a + np.float32(shift) for a in inputs], "sum")
+            np.testing.assert_array_equal(np.asarray(got), expected)
+        np.testing.assert_array_equal(np.asarray(given), inputs[rank])  # the argument is kept
+
+
 def test_collectives_keep_program_order_when_the_data_would_allow_another(rank, size):
     """On the last rank the first collective's input takes long to compute and the second's is
     ready at once, elsewhere not: were the order free, the ranks would disagree (a

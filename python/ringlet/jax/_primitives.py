@@ -53,11 +53,31 @@ for _allowed in (
 LINEAR_OPS = ("sum", "avg")
 
 
-def _lowering(target: str, attributes: tuple[str, ...], *, aliased: bool) -> Any:
+def _is_argument(value: Any) -> bool:
+    """Whether an operand is an argument of the function being lowered (an MLIR block
+    argument), which XLA keeps: aliasing a result to it would cost a copy."""
+    block_argument = mlir.ir.BlockArgument
+    check = getattr(block_argument, "isinstance", None)  # older MLIR bindings
+    if check is not None:
+        return bool(check(value))
+    return isinstance(value, block_argument)
+
+
+def _lowering(target: str, attributes: tuple[str, ...], *, aliased: str) -> Any:
     """The lowering of a primitive to the handler ``target``: its operands and results plus
     the ordered effect's token, and the ``attributes`` the handler reads (the primitive's other
-    parameters stay in Python). With ``aliased``, result ``i`` is aliased to operand ``i``: XLA
-    then reuses the input when nothing else needs it, and copies it once otherwise."""
+    parameters stay in Python). ``aliased`` says which results are aliased to their operands:
+    "all", "computed" (not the function's arguments: the handler reads those where they are
+    and writes a fresh result, where an alias would make XLA copy them first) or "none". An
+    aliased result lets XLA reuse the input when nothing else needs it, and copy it once
+    otherwise."""
+
+    def aliases(operands: tuple[Any, ...]) -> dict[int, int] | None:
+        if aliased == "all":
+            return {i: i for i in range(len(operands))}
+        if aliased == "computed":
+            return {i: i for i, value in enumerate(operands) if not _is_argument(value)} or None
+        return None
 
     def lower(ctx: Any, *operands: Any, **params: Any) -> Any:
         values = {
@@ -72,7 +92,7 @@ def _lowering(target: str, attributes: tuple[str, ...], *, aliased: bool) -> Any
         rule = jax.ffi.ffi_lowering(
             target,
             has_side_effect=True,
-            operand_output_aliases={i: i for i in range(len(operands))} if aliased else None,
+            operand_output_aliases=aliases(operands),
         )
         results = list(rule(with_token, *operands, token, **values))
         ctx.set_tokens_out(mlir.TokenSet({EFFECT: results.pop()}))
@@ -82,22 +102,26 @@ def _lowering(target: str, attributes: tuple[str, ...], *, aliased: bool) -> Any
 
 
 def _primitive(target: str, attributes: tuple[str, ...], *, multiple: bool = False,
-               aliased: bool = True) -> Primitive:
+               aliased: str = "all") -> Primitive:
     primitive = Primitive(target)
     primitive.multiple_results = multiple
     primitive.def_impl(partial(_dispatch.apply_primitive, primitive))
+    # Not cached: JAX would lower a cacheable primitive inside a function of its own, where
+    # every operand is an argument and "computed" could not be told.
     mlir.register_lowering(primitive, _lowering(target, attributes, aliased=aliased),
-                           platform="cpu")
+                           platform="cpu", cacheable=aliased != "computed")
     return primitive
 
 
 _REDUCE = ("op", "algorithm", "process_set")
-allreduce_p = _primitive("ringlet_allreduce", _REDUCE)
+# The allreduce handler reduces out of place when its result is not aliased (the core's
+# schedules read the input in their first step); the others copy into an unaliased result.
+allreduce_p = _primitive("ringlet_allreduce", _REDUCE, aliased="computed")
 tree_allreduce_p = _primitive("ringlet_tree_allreduce", (*_REDUCE, "fusion_bytes"), multiple=True)
 broadcast_p = _primitive("ringlet_broadcast", ("root", "algorithm", "process_set"))
-allgather_p = _primitive("ringlet_allgather", ("algorithm", "process_set"), aliased=False)
-reduce_scatter_p = _primitive("ringlet_reduce_scatter", _REDUCE, aliased=False)
-barrier_p = _primitive("ringlet_barrier", ("process_set",), multiple=True, aliased=False)
+allgather_p = _primitive("ringlet_allgather", ("algorithm", "process_set"), aliased="none")
+reduce_scatter_p = _primitive("ringlet_reduce_scatter", _REDUCE, aliased="none")
+barrier_p = _primitive("ringlet_barrier", ("process_set",), multiple=True, aliased="none")
 
 
 def _same(x: Any, **_: Any) -> tuple[Any, set[Any]]:

@@ -93,17 +93,28 @@ unsafe extern "C" fn barrier(frame: *mut CallFrame) -> *mut Error {
     unsafe { handle(frame, |frame| runtime::barrier(frame.process_set()?)) }
 }
 
+/// In place where XLA aliased the result to the input (a value computed in the function),
+/// otherwise from the input where it is into the result (an argument, which XLA keeps).
 fn run_allreduce(frame: &Frame) -> Result<()> {
     let (input, mut output) = (frame.arg(0)?, frame.ret(0)?);
     let (dtype, op) = (input.reducible()?, frame.op()?);
-    let result = output.holding(&input)?;
-    runtime::allreduce::allreduce(
+    let (algorithm, set) = (frame.string("algorithm")?, frame.process_set()?);
+    if output.data == input.data {
+        let result = output.holding(&input)?;
+        return runtime::allreduce::allreduce(result, dtype, op, &input.dims, algorithm, set);
+    }
+    let result = output.bytes_mut();
+    if result.len() != input.len()? {
+        return Err(internal("the result's size differs from the input's"));
+    }
+    runtime::allreduce::allreduce_into(
+        input.bytes(),
         result,
         dtype,
         op,
         &input.dims,
-        frame.string("algorithm")?,
-        frame.process_set()?,
+        algorithm,
+        set,
     )
 }
 

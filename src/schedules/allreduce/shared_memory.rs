@@ -127,17 +127,53 @@ impl Allreduce for Shm {
             return Ok(());
         }
         if buf.len() <= one_shot_max(transport.size()) {
-            one_shot(transport, shared, buf, reduction)
+            one_shot(transport, shared, buf, None, reduction)
         } else {
-            two_shot(transport, shared, buf, reduction)
+            two_shot(transport, shared, buf, None, reduction)
+        }
+    }
+
+    /// Out of place, the caller's input is staged (and its own slice read) where it is, and
+    /// the result written once: no copy first. A result in a shared array is reduced in place
+    /// there (the others read it directly), from a copy of the input.
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &[u8],
+        output: &mut [u8],
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
+        let shared = transport.shared().ok_or_else(|| {
+            CoreError::InvalidArgument(format!(
+                "algorithm \"shm\" is not available here: {}",
+                self.unavailable(transport).unwrap_or_default()
+            ))
+        })?;
+        let len = output.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if len > one_shot_max(transport.size()) && shared.locate(output.as_ptr(), len).is_some() {
+            output.copy_from_slice(input);
+            return self.run(transport, &mut Parts::one(output), reduction, tuning);
+        }
+        let mut output = Parts::one(output);
+        if len <= one_shot_max(transport.size()) {
+            one_shot(transport, shared, &mut output, Some(input), reduction)
+        } else {
+            two_shot(transport, shared, &mut output, Some(input), reduction)
         }
     }
 }
 
+/// The one-shot path: each rank stages its vector, and every rank folds all of them. With
+/// `input` (out of place, one part), this rank's vector is read there and `buf` only written.
 fn one_shot(
     transport: &dyn Transport,
     shared: &dyn SharedMemory,
     buf: &mut Parts,
+    input: Option<&[u8]>,
     reduction: &Reduction,
 ) -> Result<()> {
     let flags = shared.flags();
@@ -145,15 +181,20 @@ fn one_shot(
     let len = buf.len();
     let half = (flags.next_step() % 2) as usize * (AREA_BYTES / 2);
     let slot = |rank: usize| shared.area(rank).wrapping_add(half) as *const u8;
-    // SAFETY: this rank's half-area is its own until it posts (the others finished reading it
-    // two steps ago), and `len` fits it.
-    unsafe { gather(buf, 0, shared.area(flags.rank()).wrapping_add(half), len)? };
+    let staging = shared.area(flags.rank()).wrapping_add(half);
+    match input {
+        // SAFETY: this rank's half-area is its own until it posts (the others finished reading
+        // it two steps ago), and `len` fits it; the input is as long as the vector.
+        Some(input) => unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), staging, len) },
+        // SAFETY: as above.
+        None => unsafe { gather(buf, 0, staging, len)? },
+    }
     // The call's check, if the runtime left it to this meeting: nothing is written before it.
     flags.sync_checked(transport)?;
     let mut sources: smallvec::SmallVec<[*const u8; 8]> = (0..ranks).map(slot).collect();
     let mine = flags.rank();
     let parts = buf.parts().len();
-    if parts > 1 && len / parts < FOLD_EACH_PART_FROM {
+    if input.is_none() && parts > 1 && len / parts < FOLD_EACH_PART_FROM {
         // A fused run of small arrays: one fold into scratch, then a copy to each, costs less
         // than a fold per array (the vector is at most a staging half, in cache). The scratch
         // starts as this rank's vector and stands for it in the fold, which then combines the
@@ -169,14 +210,18 @@ fn one_shot(
         // SAFETY: `reduced` holds `len` bytes nothing else writes.
         return unsafe { scatter(reduced.as_ptr(), buf, 0, len) };
     }
-    // Each part still holds what this rank staged: it stands for this rank's piece, and the
-    // fold combines the others' pieces into it where it is.
+    // Each part still holds what this rank staged (or the input does): it stands for this
+    // rank's piece, and the fold combines the others' pieces into it where it is.
     let mut offset = 0;
     for part in buf.parts_mut() {
+        let own = match input {
+            Some(input) => input.as_ptr().wrapping_add(offset),
+            None => part.as_ptr(),
+        };
         let pieces: smallvec::SmallVec<[*const u8; 8]> = (0..ranks)
             .map(|rank| {
                 if rank == mine {
-                    part.as_ptr()
+                    own
                 } else {
                     sources[rank].wrapping_add(offset)
                 }
@@ -221,10 +266,14 @@ enum Own {
     Pieces,
 }
 
+/// The two-shot path: a reduce-scatter through the staging areas (or shared arrays), then an
+/// allgather, a segment at a time. With `input` (out of place: one private part), this rank's
+/// vector is staged from it and its own slice read there, and `buf` only written.
 fn two_shot(
     transport: &dyn Transport,
     shared: &dyn SharedMemory,
     buf: &mut Parts,
+    input: Option<&[u8]>,
     reduction: &Reduction,
 ) -> Result<()> {
     let flags = shared.flags();
@@ -240,6 +289,11 @@ fn two_shot(
         (None, [only]) => Own::Private(only.as_mut_ptr()),
         _ => Own::Pieces,
     };
+    if input.is_some() && !matches!(own, Own::Private(_)) {
+        return Err(CoreError::InvalidArgument(
+            "internal: an out-of-place shared-memory allreduce needs one private result".into(),
+        ));
+    }
     let words = match in_array {
         Some((id, offset)) => [IN_ARRAY, id, offset as u64, 0],
         None => [STAGED; WORDS],
@@ -278,11 +332,17 @@ fn two_shot(
                 _ => 0..0,
             };
             for part in [0..skip.start, skip.end..range.len()] {
-                // SAFETY: slot c % 3 of this rank's area is its own: the others read it last
-                // for segment c - 3, before their post that this rank waited for at segment c - 1.
-                unsafe {
-                    gather(buf, range.start + part.start, slot.wrapping_add(part.start), part.len())?
-                };
+                let (start, to) = (range.start + part.start, slot.wrapping_add(part.start));
+                match input {
+                    // SAFETY: slot c % 3 of this rank's area is its own: the others read it
+                    // last for segment c - 3, before their post that this rank waited for at
+                    // segment c - 1. The input holds the vector's bytes.
+                    Some(input) => unsafe {
+                        std::ptr::copy_nonoverlapping(input[start..].as_ptr(), to, part.len())
+                    },
+                    // SAFETY: as above.
+                    None => unsafe { gather(buf, start, to, part.len())? },
+                }
             }
         }
         flags.sync(transport, [0; WORDS])?;
@@ -310,7 +370,10 @@ fn two_shot(
             let outputs = match own {
                 Own::Private(base) => {
                     let here = base.wrapping_add(range.start + slice.start);
-                    inputs[rank] = here;
+                    inputs[rank] = match input {
+                        Some(input) => input[range.start + slice.start..].as_ptr(),
+                        None => here,
+                    };
                     vec![here, in_area]
                 }
                 _ => vec![in_area],

@@ -133,6 +133,9 @@ pub struct Setup {
     pub factors: Factors,
     /// Rank r runs on node `nodes[r]`; `None`: every rank on one node.
     pub nodes: Option<Vec<usize>>,
+    /// Reduce out of place ([`schedules::allreduce_from`]) into a result filled with junk
+    /// first, and assert the input is unchanged (one contiguous buffer only).
+    pub out_of_place: bool,
 }
 
 impl Default for Setup {
@@ -144,6 +147,7 @@ impl Default for Setup {
             parts: None,
             factors: Factors::NONE,
             nodes: None,
+            out_of_place: false,
         }
     }
 }
@@ -210,6 +214,32 @@ pub fn run_with(
             .zip(inputs)
             .map(|(transport, input)| {
                 scope.spawn(move || {
+                    if setup.out_of_place {
+                        assert!(setup.parts.is_none(), "out of place: one buffer");
+                        let given = aligned_copy(&input);
+                        let mut output = aligned_copy(&vec![0xA5; input.len()]);
+                        scratch::reset_peak();
+                        let result = schedules::allreduce_from(
+                            &transport,
+                            schedule,
+                            given.as_slice(),
+                            output.as_mut_slice(),
+                            dtype,
+                            op,
+                            setup.factors,
+                            &setup.tuning,
+                        );
+                        if let Err(e) = result {
+                            panic!("rank {} failed: {e}", transport.rank());
+                        }
+                        assert!(
+                            given.as_slice() == input.as_slice(),
+                            "{}: rank {} changed its input",
+                            schedule.name(),
+                            transport.rank()
+                        );
+                        return (output.as_slice().to_vec(), transport, scratch::peak_bytes());
+                    }
                     let count = input.len() / dtype.size();
                     let lengths = setup.parts.clone().unwrap_or_else(|| vec![count]);
                     assert_eq!(
