@@ -7,6 +7,7 @@ use numpy::PyUntypedArrayMethods;
 use numpy::{IntoPyArray, PyArray1, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The bytes of a C-contiguous, aligned, writeable NumPy array, or `None` if it is not one.
@@ -108,12 +109,28 @@ pub fn bytes_array(py: Python<'_>, storage: Vec<u64>, bytes: usize) -> PyResult<
 /// (bfloat16 has no fixed NumPy type number).
 static KNOWN_DTYPES: Mutex<Vec<(Py<PyArrayDescr>, DType)>> = Mutex::new(Vec::new());
 
+/// The descriptor last found in [`KNOWN_DTYPES`] and its dtype's index in [`DType::ALL`],
+/// packed as `address << 8 | index` (0: none): most calls ask about the same dtype as the one
+/// before, and a registered descriptor lives as long as the process (the table holds it).
+static LAST_FOUND: AtomicUsize = AtomicUsize::new(0);
+
 pub fn known_dtype(descr: &Bound<'_, PyArrayDescr>) -> Option<DType> {
+    let address = descr.as_ptr() as usize;
+    let last = LAST_FOUND.load(Ordering::Relaxed);
+    if last != 0 && last >> 8 == address {
+        return DType::ALL.get(last & 0xff).copied();
+    }
     let known = KNOWN_DTYPES.lock().unwrap_or_else(|e| e.into_inner());
-    known
+    let dtype = known
         .iter()
         .find(|(d, _)| d.as_ptr() == descr.as_ptr())
-        .map(|(_, dtype)| *dtype)
+        .map(|(_, dtype)| *dtype)?;
+    if let Some(index) = DType::ALL.iter().position(|&d| d == dtype) {
+        if address < 1 << (usize::BITS - 8) {
+            LAST_FOUND.store(address << 8 | index, Ordering::Relaxed);
+        }
+    }
+    Some(dtype)
 }
 
 /// Tell the fast path that `descr` (a native-byte-order dtype object) holds `name` elements.

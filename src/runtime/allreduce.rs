@@ -270,8 +270,11 @@ pub(super) fn refine(
     };
     // Counted only now that the call has run: one that failed its check (which may ride on the
     // schedule's first meeting) counts on no rank.
-    comm.refiner().commit(&pick);
-    let timings = comm.refiner().observe(&pick, nbytes, elapsed.as_secs_f64());
+    let timings = {
+        let mut refiner = comm.refiner();
+        refiner.commit(&pick);
+        refiner.observe(&pick, nbytes, elapsed.as_secs_f64())
+    };
     if let (Some(mut timings), true) = (timings, together) {
         schedules::allreduce_one(
             comm.transport(),
