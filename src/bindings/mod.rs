@@ -248,59 +248,35 @@ fn allreduce_fast<'py>(
         return Ok(None);
     }
     let shape = array.shape();
+    // Where the result goes, and what it is reduced from: in place (`out` is `x`); from `x`
+    // where it is (C-contiguous and aligned) into `out` or a new array; else from a copy.
     // SAFETY: `x` is the caller's for the whole call; only read.
     let input = unsafe { readable_bytes(array, "allreduce") }.ok();
-    let target = match (given, input) {
-        (Some(target), _) if target.is(x) => target,
-        (Some(target), Some(input)) => {
-            // SAFETY: `target` is the caller's for the whole call.
-            let Some(output) = (unsafe { writable_bytes(&target) }) else {
-                return Ok(None);
-            };
-            if overlap(input, output) {
-                return Ok(None); // the Python layer copies first
-            }
-            detached(py, || {
-                runtime::allreduce::allreduce_into(
-                    input,
-                    output,
-                    dtype,
-                    op,
-                    shape,
-                    algorithm,
-                    process_set,
-                )
-            })?;
-            return Ok(Some(target.into_any()));
-        }
+    let (target, source) = match (given, input) {
+        (Some(target), _) if target.is(x) => (target, None),
+        (Some(target), Some(input)) => (target, Some(input)),
         (Some(_), None) => return Ok(None),
-        (None, Some(input)) => {
-            let fresh = new_like(py, array)?;
-            // SAFETY: `fresh` is this call's until it returns it.
-            let Some(output) = (unsafe { writable_bytes(&fresh) }) else {
-                return Ok(None);
-            };
-            detached(py, || {
-                runtime::allreduce::allreduce_into(
-                    input,
-                    output,
-                    dtype,
-                    op,
-                    shape,
-                    algorithm,
-                    process_set,
-                )
-            })?;
-            return Ok(Some(fresh.into_any()));
-        }
-        (None, None) => x.call_method0("copy")?.cast_into::<PyUntypedArray>()?,
+        (None, Some(input)) => (new_like(py, array)?, Some(input)),
+        (None, None) => (x.call_method0("copy")?.cast_into::<PyUntypedArray>()?, None),
     };
     // SAFETY: `target` stays alive (owned by this call or the caller) until we return.
-    let Some(bytes) = (unsafe { writable_bytes(&target) }) else {
+    let Some(output) = (unsafe { writable_bytes(&target) }) else {
         return Ok(None);
     };
-    detached(py, || {
-        runtime::allreduce::allreduce(bytes, dtype, op, shape, algorithm, process_set)
+    if source.is_some_and(|input| overlap(input, output)) {
+        return Ok(None); // the Python layer refuses it, on every rank
+    }
+    detached(py, || match source {
+        Some(input) => runtime::allreduce::allreduce_into(
+            input,
+            output,
+            dtype,
+            op,
+            shape,
+            algorithm,
+            process_set,
+        ),
+        None => runtime::allreduce::allreduce(output, dtype, op, shape, algorithm, process_set),
     })?;
     Ok(Some(target.into_any()))
 }
