@@ -12,6 +12,7 @@ use _core::schedules::allreduce::pipelined_ring::{PipelinedRing, RECEIVE_WINDOW}
 use _core::schedules::allreduce::recursive_doubling::{RecursiveDoubling, SEGMENT_BYTES};
 use _core::schedules::allreduce::ring::Ring;
 use _core::schedules::{Algorithm, Allreduce, Cost, Factors, Parts, Reduction, Tuning};
+use _core::transport::local::LocalTransport;
 use _core::transport::waiting::set_wait_policy;
 use _core::transport::DEFAULT_MAX_MESSAGE_BYTES;
 use std::time::Duration;
@@ -580,6 +581,31 @@ fn every_schedule_reduces_out_of_place_as_in_place_and_leaves_the_input() {
         }
     }
     assert_covered("out of place", &ran);
+    // Ranks spread over nodes, in block and round-robin placement (the ring runs node-major).
+    for schedule in allreduce_under_test() {
+        for nodes in [vec![0, 0, 1, 1], vec![0, 1, 0, 1, 2]] {
+            let probe = LocalTransport::cluster(&nodes).remove(0);
+            if schedule.unavailable(&probe).is_some() {
+                continue; // shm: one node only
+            }
+            let n = nodes.len();
+            for count in [37usize, 20_000] {
+                let per_rank = exact_inputs(n, count, ReduceOp::Sum);
+                let expected = reference(DType::F32, ReduceOp::Sum, &per_rank);
+                let inputs = per_rank.iter().map(|v| encode(DType::F32, v)).collect();
+                let setup = Setup {
+                    nodes: Some(nodes.clone()),
+                    out_of_place: true,
+                    ..Setup::default()
+                };
+                let outcomes = run_with(schedule, inputs, DType::F32, ReduceOp::Sum, &setup);
+                for (r, outcome) in outcomes.iter().enumerate() {
+                    let name = schedule.name();
+                    assert!(outcome.result == expected, "{name} on {nodes:?}: rank {r}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

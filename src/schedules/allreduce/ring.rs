@@ -29,7 +29,8 @@ use crate::schedules::{
 use crate::error::{CoreError, Result};
 use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::{Nodes, Transport};
+use crate::transport::{Destination, Nodes, Pieces, Transport};
+use smallvec::smallvec;
 use std::ops::Range;
 
 pub struct Ring;
@@ -85,6 +86,31 @@ impl Allreduce for Ring {
         reduce_scatter(transport, buf, &blocks, reduction)?;
         allgather(transport, buf, &blocks)
     }
+
+    /// Out of place, the first step sends this rank's block from the input, and each block is
+    /// copied from the input into the result only when its partial sum arrives, just before it
+    /// is combined (the block that is only sent is never copied: the allgather writes it).
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &[u8],
+        output: &mut [u8],
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
+        let ordered = node_major(transport, tuning)?;
+        let transport: &dyn Transport = match &ordered {
+            Some(view) => view,
+            None => transport,
+        };
+        let n = transport.size();
+        let elem = reduction.elem_size();
+        let even = Blocks::new(output.len() / elem, n, elem);
+        let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
+        let mut buf = Parts::one(output);
+        reduce_scatter_from(transport, &mut buf, Some(input), &blocks, reduction)?;
+        allgather(transport, &mut buf, &blocks)
+    }
 }
 
 fn check_blocks(transport: &dyn Transport, len: usize, blocks: &[Range<usize>]) -> Result<()> {
@@ -111,7 +137,24 @@ pub fn reduce_scatter(
     blocks: &[Range<usize>],
     reduction: &Reduction,
 ) -> Result<()> {
+    reduce_scatter_from(transport, buf, None, blocks, reduction)
+}
+
+/// [`reduce_scatter`], reading this rank's vector from `input` (as long as `buf`, which then
+/// starts unwritten) where given.
+fn reduce_scatter_from(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&[u8]>,
+    blocks: &[Range<usize>],
+    reduction: &Reduction,
+) -> Result<()> {
     check_blocks(transport, buf.len(), blocks)?;
+    if input.is_some_and(|input| input.len() != buf.len()) {
+        return Err(CoreError::InvalidArgument(
+            "internal: the ring's input differs in length from its result".into(),
+        ));
+    }
     let (n, rank) = (transport.size(), transport.rank());
     let (left, right) = ((rank + n - 1) % n, (rank + 1) % n);
     // Block index `rank - k` (mod n), kept non-negative.
@@ -122,7 +165,23 @@ pub fn reduce_scatter(
     for step in 0..steps {
         let (send, recv) = (&blocks[behind(step + 1)], &blocks[behind(step + 2)]);
         let incoming = scratch.bytes(recv.len())?;
-        send_and_receive(transport, buf, send.clone(), right, incoming, recv.clone(), left)?;
+        match input {
+            // The first block sent is this rank's own, not yet in the result.
+            Some(input) if step == 0 => {
+                let cuts = buf.cuts(recv.clone())?;
+                let outgoing: Pieces = smallvec![&input[send.clone()]];
+                let destination = Destination::Cut {
+                    buf: incoming,
+                    cuts,
+                };
+                transport.sendrecv_pieces(&outgoing, right, destination, left)?;
+            }
+            _ => send_and_receive(transport, buf, send.clone(), right, incoming, recv.clone(), left)?,
+        }
+        if let Some(input) = input {
+            // This block's first touch in the result: it starts as this rank's own.
+            buf.write_from(recv.clone(), &input[recv.clone()])?;
+        }
         let scaling = reduction.scaling(true, step == 0, step + 1 == steps);
         let mut target = buf.get_mut(recv.clone())?;
         reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
