@@ -579,8 +579,9 @@ pub fn allreduce_from(
         )));
     }
     let ranks = transport.size();
-    if ranks <= 1 || !schedule.folds_scaling() {
-        // Scaled in sweeps over the result (or nothing to exchange): from a copy.
+    let folded = schedule.folds_scaling();
+    if ranks <= 1 || !folded && factors.pre != 1.0 {
+        // Nothing to exchange, or a sweep over the input first: from a copy.
         output.copy_from_slice(input);
         return allreduce(
             transport,
@@ -598,9 +599,13 @@ pub fn allreduce_from(
         pre: factors.pre,
         post: factors.post,
         ranks,
-        scaled: true,
+        scaled: folded,
     };
-    schedule.run_from(transport, input, output, &reduction, tuning)
+    schedule.run_from(transport, input, output, &reduction, tuning)?;
+    if let (false, Some(finish)) = (folded, reduction.finish()) {
+        kernels::finish(dtype, output, finish)?;
+    }
+    Ok(())
 }
 
 /// [`allreduce`] of one contiguous buffer, without factors.

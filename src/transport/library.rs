@@ -39,6 +39,15 @@ pub trait LibraryCollectives {
     /// Combine every rank's `buf` into every rank's.
     fn allreduce(&self, buf: &mut [u8], element: LibraryElement, op: LibraryOp) -> Result<()>;
 
+    /// Combine every rank's `input` into every rank's `output` (as long, apart from it).
+    fn allreduce_from(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        element: LibraryElement,
+        op: LibraryOp,
+    ) -> Result<()>;
+
     /// Combine every rank's `buf` into `root`'s; the others' `buf` is left as it was.
     fn reduce(
         &self,

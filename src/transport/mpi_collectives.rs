@@ -92,6 +92,40 @@ impl LibraryCollectives for MpiTransport {
         Ok(())
     }
 
+    fn allreduce_from(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        element: LibraryElement,
+        op: LibraryOp,
+    ) -> Result<()> {
+        if input.len() != output.len() {
+            return Err(CoreError::InvalidArgument(format!(
+                "internal: a {}-byte input for a {}-byte result",
+                input.len(),
+                output.len()
+            )));
+        }
+        let comm = self.raw()?;
+        let (datatype, op) = (datatype(element), operation(op));
+        for (piece, count) in self.library_messages(output.len(), element)? {
+            // SAFETY: `count` elements at the same offset of `input` (live, only read) and of
+            // `output` (live, exclusively borrowed for the call); they do not overlap.
+            let code = unsafe {
+                ffi::MPI_Allreduce(
+                    input[piece.clone()].as_ptr().cast(),
+                    output[piece].as_mut_ptr().cast(),
+                    count,
+                    datatype,
+                    op,
+                    comm,
+                )
+            };
+            check(code, "MPI_Allreduce")?;
+        }
+        Ok(())
+    }
+
     fn reduce(
         &self,
         buf: &mut [u8],

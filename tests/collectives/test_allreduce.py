@@ -64,7 +64,7 @@ def test_separate_out_array_receives_the_result(rank, size, algorithm):
     assert np.array_equal(x, inputs[rank])
 
 
-@pytest.mark.parametrize("algorithm", ["auto", "shm", "ring"])
+@pytest.mark.parametrize("algorithm", ["auto", "shm", "ring", "mpi", "halving_doubling"])
 @pytest.mark.parametrize("count", [3000, 700_000])  # shm: one-shot; two-shot over 3 segments
 def test_out_of_place_reads_the_input_and_writes_every_byte_of_the_result(
         comm, rank, size, algorithm, count):

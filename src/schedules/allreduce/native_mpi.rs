@@ -62,6 +62,20 @@ impl Allreduce for Mpi {
         }
         Ok(())
     }
+
+    /// MPI's own allreduce out of place (a send buffer apart from the receive buffer).
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &[u8],
+        output: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        let library = library(transport, self.name())?;
+        let (element, op) = library_reduction(reduction.dtype, reduction.op, self.name())?;
+        library.allreduce_from(input, output, element, op)
+    }
 }
 
 /// What MPI's own reductions can do the way ringlet's kernels do.
