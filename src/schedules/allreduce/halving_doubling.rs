@@ -17,8 +17,8 @@ use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::Destination;
-use crate::transport::Transport;
+use crate::transport::{Destination, Pieces, Transport};
+use smallvec::smallvec;
 use std::ops::Range;
 
 pub struct HalvingDoubling;
@@ -75,18 +75,40 @@ impl Allreduce for HalvingDoubling {
         _tuning: &Tuning,
     ) -> Result<()> {
         let blocks = Blocks::new(buf.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
-        match halve(transport, buf, reduction, &blocks)? {
-            Halved::Folded { partner } => receive_all(transport, buf, partner),
-            Halved::Core { absorbs, exchanges, .. } => {
-                // Undo the halvings in reverse: give what we finished, take what the partner did.
-                for step in exchanges.into_iter().rev() {
-                    swap(transport, buf, blocks.span(step.kept), step.partner, blocks.span(step.given), step.partner)?;
-                }
-                if let Some(folded) = absorbs {
-                    send_all(transport, buf, folded)?;
-                }
-                Ok(())
+        let halved = halve(transport, buf, reduction, &blocks)?;
+        double(transport, buf, halved, &blocks)
+    }
+
+    /// Out of place, the first send and the first combine of each block read the input; the
+    /// blocks only given away are written by the doubling.
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &[u8],
+        output: &mut [u8],
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        let blocks = Blocks::new(output.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
+        let mut buf = Parts::one(output);
+        let halved = halve_from(transport, &mut buf, Some(input), reduction, &blocks)?;
+        double(transport, &mut buf, halved, &blocks)
+    }
+}
+
+/// The allgather half: undo the halvings in reverse (give what this rank finished, take what
+/// the partner did), then hand a folded rank its result.
+fn double(transport: &dyn Transport, buf: &mut Parts, halved: Halved, blocks: &Blocks) -> Result<()> {
+    match halved {
+        Halved::Folded { partner } => receive_all(transport, buf, partner),
+        Halved::Core { absorbs, exchanges, .. } => {
+            for step in exchanges.into_iter().rev() {
+                swap(transport, buf, blocks.span(step.kept), step.partner, blocks.span(step.given), step.partner)?;
             }
+            if let Some(folded) = absorbs {
+                send_all(transport, buf, folded)?;
+            }
+            Ok(())
         }
     }
 }
@@ -123,6 +145,18 @@ pub(crate) fn halve(
     reduction: &Reduction,
     blocks: &Blocks,
 ) -> Result<Halved> {
+    halve_from(transport, buf, None, reduction, blocks)
+}
+
+/// [`halve`], reading this rank's vector from `input` (as long as `buf`, which then starts
+/// unwritten) where given: a block is copied into `buf` only when it is first combined.
+fn halve_from(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&[u8]>,
+    reduction: &Reduction,
+    blocks: &Blocks,
+) -> Result<Halved> {
     let (n, rank) = (transport.size(), transport.rank());
     let elem = reduction.elem_size();
     let len = buf.len();
@@ -135,7 +169,10 @@ pub(crate) fn halve(
     let (core_rank, absorbs) = match Role::of(rank, n) {
         Role::Folded { partner } => {
             for half in fold_halves(len, elem) {
-                let pieces = buf.get(half)?;
+                let pieces: Pieces = match input {
+                    Some(input) => smallvec![&input[half]],
+                    None => buf.get(half)?,
+                };
                 transport.isend_pieces(&pieces, partner)?.wait()?;
             }
             return Ok(Halved::Folded { partner });
@@ -149,10 +186,15 @@ pub(crate) fn halve(
             let cuts = buf.cuts(half.clone())?;
             let destination = Destination::Cut { buf: &mut *incoming, cuts };
             transport.irecv_to(destination, folded)?.wait()?;
+            if let Some(input) = input {
+                buf.write_from(half.clone(), &input[half.clone()])?;
+            }
             let mut target = buf.get_mut(half)?;
             reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
         }
     }
+    // The input still to be read: the fold wrote the whole vector into `buf` already.
+    let mut fresh = input.filter(|_| absorbs.is_none());
     let steps = log2_floor(pof2);
     let mut held = 0..pof2; // block indices this rank is responsible for
     let mut exchanges = Vec::with_capacity(steps);
@@ -167,7 +209,17 @@ pub(crate) fn halve(
         };
         let (send, recv) = (blocks.span(given.clone()), blocks.span(kept.clone()));
         let incoming = scratch.bytes(recv.len())?;
-        send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?;
+        match fresh.take() {
+            // The first step: what this rank gives and keeps comes from the input.
+            Some(input) => {
+                let cuts = buf.cuts(recv.clone())?;
+                let outgoing: Pieces = smallvec![&input[send]];
+                let destination = Destination::Cut { buf: &mut *incoming, cuts };
+                transport.sendrecv_pieces(&outgoing, partner, destination, partner)?;
+                buf.write_from(recv.clone(), &input[recv.clone()])?;
+            }
+            None => send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?,
+        }
         let scaling = reduction.scaling(
             step == 0 && absorbs.is_none(),
             step == 0 && !absorbed(partner),
