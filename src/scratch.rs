@@ -1,7 +1,8 @@
 //! Working memory, counted.
 //!
 //! Every buffer a schedule, a fused group or a probe allocates comes from [`Scratch::new`],
-//! which records the bytes in use per thread (and reuses large buffers from earlier calls).
+//! which records the bytes in use per thread (and reuses buffers from earlier calls: the
+//! largest few, and the last small one).
 //! Tests run each rank in its own thread and read [`peak_bytes`] to prove the bounds the
 //! algorithms promise (ring m/N, halving-doubling m/2, recursive doubling a piece).
 
