@@ -304,8 +304,8 @@ fn new_like<'py>(
 
 /// Whether two byte ranges share memory.
 fn overlap(a: &[u8], b: &[u8]) -> bool {
-    let (a_start, b_start) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    !a.is_empty() && !b.is_empty() && a_start < b_start + b.len() && b_start < a_start + a.len()
+    let (a, b) = (a.as_ptr_range(), b.as_ptr_range());
+    !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end
 }
 
 /// Allreduce a C-contiguous, aligned, writeable array in place; `dtype` names its elements.

@@ -24,12 +24,7 @@ pub fn allreduce(
     algorithm: &str,
     set: SetId,
 ) -> Result<()> {
-    let thread = process::caller_for("allreduce")?;
-    worker::run_in_order(|| {
-        process::with_communicator(set, |comm| {
-            allreduce_on(comm, buf, dtype, op, shape, algorithm, thread)
-        })
-    })
+    reduce(None, buf, dtype, op, shape, algorithm, set)
 }
 
 /// Allreduce `input` (an array of `shape`, only read) into `output` (as long, not
@@ -44,19 +39,23 @@ pub fn allreduce_into(
     algorithm: &str,
     set: SetId,
 ) -> Result<()> {
+    reduce(Some(input), output, dtype, op, shape, algorithm, set)
+}
+
+/// [`allreduce`] or [`allreduce_into`], on the calling thread's turn.
+fn reduce(
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    shape: &[usize],
+    algorithm: &str,
+    set: SetId,
+) -> Result<()> {
     let thread = process::caller_for("allreduce")?;
     worker::run_in_order(|| {
         process::with_communicator(set, |comm| {
-            reduce_on(
-                comm,
-                Some(input),
-                output,
-                dtype,
-                op,
-                shape,
-                algorithm,
-                thread,
-            )
+            reduce_on(comm, input, buf, dtype, op, shape, algorithm, thread)
         })
     })
 }
@@ -149,17 +148,10 @@ fn reduce_on(
     refine(comm, pick, len, elapsed, together)
 }
 
-/// An out-of-place call's input: as long as its result, aligned alike, and apart from it.
+/// An out-of-place call's input: as long as its result, aligned alike, and apart from it
+/// (checked before the agreement, so that a bad call is refused on every rank).
 fn check_input(input: &[u8], output: &[u8], dtype: DType) -> Result<()> {
     schedules::check_buffer(input, dtype)?;
-    let (start, end) = (
-        input.as_ptr() as usize,
-        input.as_ptr() as usize + input.len(),
-    );
-    let (out_start, out_end) = (
-        output.as_ptr() as usize,
-        output.as_ptr() as usize + output.len(),
-    );
     if input.len() != output.len() {
         return Err(CoreError::InvalidArgument(format!(
             "internal: a {}-byte input for a {}-byte result",
@@ -167,7 +159,8 @@ fn check_input(input: &[u8], output: &[u8], dtype: DType) -> Result<()> {
             output.len()
         )));
     }
-    if !input.is_empty() && start < out_end && out_start < end {
+    let (theirs, ours) = (input.as_ptr_range(), output.as_ptr_range());
+    if !input.is_empty() && theirs.start < ours.end && ours.start < theirs.end {
         return Err(CoreError::InvalidArgument(
             "the input and the result overlap in memory; pass separate arrays, or the same \
              array to reduce in place"

@@ -10,7 +10,7 @@ input where it lives and a fresh result buffer, so no copy is made beyond writin
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -52,18 +52,17 @@ for _allowed in (
 
 LINEAR_OPS = ("sum", "avg")
 
+Aliased = Literal["all", "computed", "none"]
+"""Which results a primitive's lowering aliases to their operands (see ``_lowering``)."""
+
 
 def _is_argument(value: Any) -> bool:
     """Whether an operand is an argument of the function being lowered (an MLIR block
     argument), which XLA keeps: aliasing a result to it would cost a copy."""
-    block_argument = mlir.ir.BlockArgument
-    check = getattr(block_argument, "isinstance", None)  # older MLIR bindings
-    if check is not None:
-        return bool(check(value))
-    return isinstance(value, block_argument)
+    return isinstance(value, mlir.ir.BlockArgument)
 
 
-def _lowering(target: str, attributes: tuple[str, ...], *, aliased: str) -> Any:
+def _lowering(target: str, attributes: tuple[str, ...], *, aliased: Aliased) -> Any:
     """The lowering of a primitive to the handler ``target``: its operands and results plus
     the ordered effect's token, and the ``attributes`` the handler reads (the primitive's other
     parameters stay in Python). ``aliased`` says which results are aliased to their operands:
@@ -102,7 +101,7 @@ def _lowering(target: str, attributes: tuple[str, ...], *, aliased: str) -> Any:
 
 
 def _primitive(target: str, attributes: tuple[str, ...], *, multiple: bool = False,
-               aliased: str = "all") -> Primitive:
+               aliased: Aliased = "all") -> Primitive:
     primitive = Primitive(target)
     primitive.multiple_results = multiple
     primitive.def_impl(partial(_dispatch.apply_primitive, primitive))

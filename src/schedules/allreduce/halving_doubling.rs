@@ -74,9 +74,7 @@ impl Allreduce for HalvingDoubling {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let blocks = Blocks::new(buf.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
-        let halved = halve(transport, buf, reduction, &blocks)?;
-        double(transport, buf, halved, &blocks)
+        reduce(transport, buf, None, reduction)
     }
 
     /// Out of place, the first send and the first combine of each block read the input; the
@@ -89,11 +87,16 @@ impl Allreduce for HalvingDoubling {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let blocks = Blocks::new(output.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
-        let mut buf = Parts::one(output);
-        let halved = halve_from(transport, &mut buf, Some(input), reduction, &blocks)?;
-        double(transport, &mut buf, halved, &blocks)
+        reduce(transport, &mut Parts::one(output), Some(input), reduction)
     }
+}
+
+/// The fold and halvings, then the doublings; this rank's vector is read from `input` where
+/// given (`buf` then starts unwritten).
+fn reduce(transport: &dyn Transport, buf: &mut Parts, input: Option<&[u8]>, reduction: &Reduction) -> Result<()> {
+    let blocks = Blocks::new(buf.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
+    let halved = halve_from(transport, buf, input, reduction, &blocks)?;
+    double(transport, buf, halved, &blocks)
 }
 
 /// The allgather half: undo the halvings in reverse (give what this rank finished, take what

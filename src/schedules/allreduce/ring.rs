@@ -74,17 +74,7 @@ impl Allreduce for Ring {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        let ordered = node_major(transport, tuning)?;
-        let transport: &dyn Transport = match &ordered {
-            Some(view) => view,
-            None => transport,
-        };
-        let n = transport.size();
-        let elem = reduction.elem_size();
-        let even = Blocks::new(buf.len() / elem, n, elem);
-        let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
-        reduce_scatter(transport, buf, &blocks, reduction)?;
-        allgather(transport, buf, &blocks)
+        ring(transport, buf, None, reduction, tuning)
     }
 
     /// Out of place, the first step sends this rank's block from the input, and each block is
@@ -98,19 +88,30 @@ impl Allreduce for Ring {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        let ordered = node_major(transport, tuning)?;
-        let transport: &dyn Transport = match &ordered {
-            Some(view) => view,
-            None => transport,
-        };
-        let n = transport.size();
-        let elem = reduction.elem_size();
-        let even = Blocks::new(output.len() / elem, n, elem);
-        let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
-        let mut buf = Parts::one(output);
-        reduce_scatter_from(transport, &mut buf, Some(input), &blocks, reduction)?;
-        allgather(transport, &mut buf, &blocks)
+        ring(transport, &mut Parts::one(output), Some(input), reduction, tuning)
     }
+}
+
+/// The reduce-scatter and the allgather over even blocks, node-major where ranks span nodes;
+/// this rank's vector is read from `input` where given (`buf` then starts unwritten).
+fn ring(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&[u8]>,
+    reduction: &Reduction,
+    tuning: &Tuning,
+) -> Result<()> {
+    let ordered = node_major(transport, tuning)?;
+    let transport: &dyn Transport = match &ordered {
+        Some(view) => view,
+        None => transport,
+    };
+    let n = transport.size();
+    let elem = reduction.elem_size();
+    let even = Blocks::new(buf.len() / elem, n, elem);
+    let blocks: Vec<Range<usize>> = (0..n).map(|b| even.block(b)).collect();
+    reduce_scatter_from(transport, buf, input, &blocks, reduction)?;
+    allgather(transport, buf, &blocks)
 }
 
 fn check_blocks(transport: &dyn Transport, len: usize, blocks: &[Range<usize>]) -> Result<()> {

@@ -117,20 +117,7 @@ impl Allreduce for Shm {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let shared = transport.shared().ok_or_else(|| {
-            CoreError::InvalidArgument(format!(
-                "algorithm \"shm\" is not available here: {}",
-                self.unavailable(transport).unwrap_or_default()
-            ))
-        })?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        if buf.len() <= one_shot_max(transport.size()) {
-            one_shot(transport, shared, buf, None, reduction)
-        } else {
-            two_shot(transport, shared, buf, None, reduction)
-        }
+        self.reduce(transport, buf, None, reduction)
     }
 
     /// Out of place, the caller's input is staged (and its own slice read) where it is, and
@@ -142,7 +129,29 @@ impl Allreduce for Shm {
         input: &[u8],
         output: &mut [u8],
         reduction: &Reduction,
-        tuning: &Tuning,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        let two_shot_in_array = output.len() > one_shot_max(transport.size())
+            && transport
+                .shared()
+                .is_some_and(|shared| shared.locate(output.as_ptr(), output.len()).is_some());
+        if two_shot_in_array {
+            output.copy_from_slice(input);
+            return self.reduce(transport, &mut Parts::one(output), None, reduction);
+        }
+        self.reduce(transport, &mut Parts::one(output), Some(input), reduction)
+    }
+}
+
+impl Shm {
+    /// The one-shot or the two-shot path by size; this rank's vector is read from `input`
+    /// where given (`buf` then starts unwritten).
+    fn reduce(
+        &self,
+        transport: &dyn Transport,
+        buf: &mut Parts,
+        input: Option<&[u8]>,
+        reduction: &Reduction,
     ) -> Result<()> {
         let shared = transport.shared().ok_or_else(|| {
             CoreError::InvalidArgument(format!(
@@ -150,19 +159,13 @@ impl Allreduce for Shm {
                 self.unavailable(transport).unwrap_or_default()
             ))
         })?;
-        let len = output.len();
-        if len == 0 {
+        if buf.is_empty() {
             return Ok(());
         }
-        if len > one_shot_max(transport.size()) && shared.locate(output.as_ptr(), len).is_some() {
-            output.copy_from_slice(input);
-            return self.run(transport, &mut Parts::one(output), reduction, tuning);
-        }
-        let mut output = Parts::one(output);
-        if len <= one_shot_max(transport.size()) {
-            one_shot(transport, shared, &mut output, Some(input), reduction)
+        if buf.len() <= one_shot_max(transport.size()) {
+            one_shot(transport, shared, buf, input, reduction)
         } else {
-            two_shot(transport, shared, &mut output, Some(input), reduction)
+            two_shot(transport, shared, buf, input, reduction)
         }
     }
 }
