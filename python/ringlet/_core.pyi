@@ -390,9 +390,14 @@ def allreduce_group(
     fusion_bytes: int,
     pack_below: int | None = None,
     process_set: int = 0,
+    out: list[npt.NDArray[Any]] | None = None,
 ) -> None: ...
 def allreduce_group_fast(
-    arrays: object, op: str, fusion_threshold: int | None = None, process_set: int = 0
+    arrays: object,
+    op: str,
+    fusion_threshold: int | None = None,
+    process_set: int = 0,
+    out: object | None = None,
 ) -> bool: ...
 def fusion_threshold_bytes(value: int | None = None) -> int: ...
 def default_fusion_threshold() -> int: ...
@@ -407,6 +412,7 @@ def allreduce_group_async(
     fusion_bytes: int,
     pack_below: int | None = None,
     process_set: int = 0,
+    out: list[npt.NDArray[Any]] | None = None,
 ) -> Handle: ...
 def allgather_async(
     array: npt.NDArray[Any], dtype: str, algorithm: str, process_set: int = 0

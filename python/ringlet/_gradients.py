@@ -201,18 +201,52 @@ def _check_in_place(array: Any, what: str) -> str:
     return name
 
 
+def _check_results(arrays: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> list[str]:
+    """The dtype names of ``arrays`` reduced into ``out``: one result per array, of its shape
+    and dtype, writeable; an array only read (an entry that is the array itself: in place)."""
+    if len(out) != len(arrays):
+        raise ValueError(f"out has {len(out)} arrays for {len(arrays)} arrays to reduce; it "
+                         "needs one result per array")
+    names = []
+    for i, (array, result) in enumerate(zip(arrays, out)):
+        if result is array:
+            names.append(_check_in_place(array, "a grouped allreduce"))
+            continue
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"a grouped allreduce takes numpy arrays, got {type(array).__name__}")
+        name = _check_in_place(result, "a grouped allreduce's out")
+        if result.shape != array.shape or result.dtype != array.dtype:
+            raise ValueError(f"out[{i}] is a {result.shape} {result.dtype} array, but the array "
+                             f"it receives is {array.shape} {array.dtype}: a result must have "
+                             "its array's shape and dtype")
+        if not (array.flags.c_contiguous and array.flags.aligned and array.dtype.isnative):
+            raise ValueError("an out-of-place grouped allreduce reads C-contiguous, aligned "
+                             "arrays in native byte order (read-only ones too), but array "
+                             f"{i} is not: {why_not_in_place(array)}")
+        if np.may_share_memory(array, result):
+            raise ValueError(f"out[{i}] overlaps an array to reduce in memory; it must be the "
+                             "array itself (in place) or a separate buffer")
+        names.append(name)
+    return names
+
+
 def _group_calls(
     arrays: Sequence[np.ndarray], op: str, algorithm: str, compression: Any, prescale: float,
     postscale: float, fusion_threshold: int | None, process_set: ProcessSet | None,
+    out: Sequence[np.ndarray] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Every check of a grouped allreduce's arguments (shared with the other ranks before an
     error propagates), then the core's arguments for each dtype's fused stream (the process
-    set's id last), in order of first appearance: the same on every rank."""
+    set's id, then the results, last), in order of first appearance: the same on every
+    rank."""
     where = place(process_set)
     with refused_together("allreduce", process_set=where.id):
         check_op(op)
         check_algorithm(algorithm, "allreduce")
-        names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
+        if out is None:
+            names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
+        else:
+            names = _check_results(arrays, out := list(out))
         threshold = fusion_threshold_bytes(fusion_threshold)
         wires = {name: wire_dtype(name, compression) for name in names}
         for wire in wires.values():
@@ -223,10 +257,13 @@ def _group_calls(
         # (collective; a process set's were installed when it was added).
         calibration.ensure_installed()
     by_dtype: dict[str, list[np.ndarray]] = {}
-    for name, array in zip(names, arrays):
+    results: dict[str, list[np.ndarray]] = {}
+    for i, (name, array) in enumerate(zip(names, arrays)):
         by_dtype.setdefault(name, []).append(array)
+        if out is not None:
+            results.setdefault(name, []).append(out[i])
     return [(group, name, wires[name], op, algorithm, prescale, postscale, threshold, None,
-             where.id) for name, group in by_dtype.items()]
+             where.id, results.get(name)) for name, group in by_dtype.items()]
 
 
 def allreduce_group(
@@ -239,11 +276,12 @@ def allreduce_group(
     postscale: float = 1.0,
     fusion_threshold: int | None = None,
     process_set: ProcessSet | None = None,
+    out: Sequence[np.ndarray] | None = None,
 ) -> None:
     """``allreduce_group_async(...).wait()`` without the hand-off: the collectives run on this
     thread (after whatever is queued), which waits for them with the GIL released."""
     for call in _group_calls(arrays, op, algorithm, compression, prescale, postscale,
-                             fusion_threshold, process_set):
+                             fusion_threshold, process_set, out):
         _core.allreduce_group(*call)
 
 
@@ -258,12 +296,14 @@ def allreduce_group_async(
     fusion_threshold: int | None = None,
     result: Any = None,
     process_set: ProcessSet | None = None,
+    out: Sequence[np.ndarray] | None = None,
 ) -> Handle:
-    """Queue an in-place allreduce of ``arrays`` (fused, one stream per dtype) over all ranks
-    or ``process_set``'s; ``wait()`` returns ``result``."""
+    """Queue an allreduce of ``arrays`` (fused, one stream per dtype) over all ranks or
+    ``process_set``'s, in place or into ``out`` (as ``average_gradients``); ``wait()`` returns
+    ``result``."""
     handles = [_core.allreduce_group_async(*call)
                for call in _group_calls(arrays, op, algorithm, compression, prescale,
-                                        postscale, fusion_threshold, process_set)]
+                                        postscale, fusion_threshold, process_set, out)]
     return Handle(handles, lambda: result)
 
 
@@ -277,8 +317,11 @@ def average_gradients(
     fusion_threshold: int | None = None,
     algorithm: str = "auto",
     process_set: ProcessSet | None = None,
+    out: Sequence[np.ndarray] | None = None,
 ) -> None:
-    """Average (or ``op``) each array across ranks (or ``process_set``'s), in place.
+    """Average (or ``op``) each array across ranks (or ``process_set``'s), in place, or into
+    ``out``: one writeable C-contiguous array per array, of its shape and dtype, the arrays
+    then only read (an entry may be the array itself, reduced in place).
 
     Small arrays are packed into fusion buffers of at most ``fusion_threshold`` bytes (default
     64 MiB, or RINGLET_FUSION_THRESHOLD), one collective per buffer, in the arrays' order.
@@ -288,16 +331,17 @@ def average_gradients(
     them with the GIL released.
     """
     if (compression is None and algorithm == "auto" and prescale == 1.0 and postscale == 1.0
-            and _fast_group(arrays, op, fusion_threshold, process_set)):
+            and _fast_group(arrays, op, fusion_threshold, process_set, out)):
         return
     allreduce_group(
         arrays, op, algorithm=algorithm, compression=compression, prescale=prescale,
         postscale=postscale, fusion_threshold=fusion_threshold, process_set=process_set,
+        out=out,
     )
 
 
 def _fast_group(arrays: Sequence[np.ndarray], op: str, fusion_threshold: int | None,
-                process_set: ProcessSet | None) -> bool:
+                process_set: ProcessSet | None, out: Sequence[np.ndarray] | None) -> bool:
     """The common case of a grouped allreduce, checked and run in the core; False when it is
     not that case (the caller's checks then explain what is wrong, on every rank, and name a
     thread that calls for the first time)."""
@@ -305,10 +349,12 @@ def _fast_group(arrays: Sequence[np.ndarray], op: str, fusion_threshold: int | N
                                              and 0 <= fusion_threshold < 1 << 62):
         return False
     if process_set is None:
-        return _core.allreduce_group_fast(arrays, op, fusion_threshold)
+        if out is None:
+            return _core.allreduce_group_fast(arrays, op, fusion_threshold)
+        return _core.allreduce_group_fast(arrays, op, fusion_threshold, 0, out)
     if type(process_set) is not ProcessSet:
         return False
-    return _core.allreduce_group_fast(arrays, op, fusion_threshold, process_set.id)
+    return _core.allreduce_group_fast(arrays, op, fusion_threshold, process_set.id, out)
 
 
 def allreduce_async(

@@ -8,11 +8,12 @@ use super::errors::detached;
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{
-    self, allreduce_buffers, allreduce_group_async as queue_group, Dims, Group,
+    self, allreduce_buffers, allreduce_group_async as queue_group, Dims, Group, Targets,
 };
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
 use numpy::{npyffi, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::Arc;
@@ -148,14 +149,15 @@ pub fn reduce_scatter_async(
     array_handle(array.py(), queued, |b| (b.storage, b.bytes, Vec::new()))
 }
 
-/// Allreduce `arrays` (all of `dtype`) in place, now (after any queued work): fused into runs
-/// of at most `fusion_bytes`, sent as `wire_dtype`, scaled by `prescale` and `postscale`; a run
-/// of arrays averaging fewer than `pack_below` bytes is packed into one buffer (None: where the
-/// cost model says packing pays).
+/// Allreduce `arrays` (all of `dtype`) in place, or into `out` (one array per array, of its
+/// shape and dtype; an entry that is the array itself is reduced in place), now (after any
+/// queued work): fused into runs of at most `fusion_bytes`, sent as `wire_dtype`, scaled by
+/// `prescale` and `postscale`; a run of arrays averaging fewer than `pack_below` bytes is
+/// packed into one buffer (None: where the cost model says packing pays).
 #[pyfunction]
 #[pyo3(signature = (
     arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes,
-    pack_below=None, process_set = 0
+    pack_below=None, process_set = 0, out = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group(
@@ -170,6 +172,7 @@ pub fn allreduce_group(
     fusion_bytes: usize,
     pack_below: Option<usize>,
     process_set: SetId,
+    out: Option<Vec<Bound<'_, PyUntypedArray>>>,
 ) -> PyResult<()> {
     let settings = GroupSettings {
         dtype,
@@ -182,27 +185,30 @@ pub fn allreduce_group(
         pack_below,
         process_set,
     };
-    let (buffers, group) = settings.group(&arrays)?;
+    let (targets, group) = settings.group(&arrays, out.as_deref())?;
     detached(py, move || {
-        // SAFETY: `arrays` holds every array until we return, and the caller may not touch
-        // them meanwhile (it waits here; the arrays are its own).
-        unsafe { allreduce_buffers(&buffers, &group) }
+        // SAFETY: `arrays` and `out` hold every array until we return, and the caller may not
+        // touch them meanwhile (it waits here; the arrays are its own).
+        unsafe { allreduce_buffers(&targets, &group) }
     })
 }
 
 /// The common grouped allreduce without a detour through Python: `arrays` a list of
-/// C-contiguous, aligned, writeable NumPy arrays of one registered dtype, `op` a known op, the
-/// algorithm "auto" with the cost model installed, no compression or scaling, ringlet
-/// initialized, the fusion threshold valid. Returns True once it has run, False to let the
-/// Python layer take the call (it validates everything and explains what is wrong).
+/// C-contiguous, aligned, writeable NumPy arrays of one registered dtype (or, with `out`, a
+/// list of as many such arrays, `arrays` then only read and only aligned and C-contiguous),
+/// `op` a known op, the algorithm "auto" with the cost model installed, no compression or
+/// scaling, ringlet initialized, the fusion threshold valid. Returns True once it has run,
+/// False to let the Python layer take the call (it validates everything and explains what is
+/// wrong).
 #[pyfunction]
-#[pyo3(signature = (arrays, op, fusion_threshold = None, process_set = 0))]
+#[pyo3(signature = (arrays, op, fusion_threshold = None, process_set = 0, out = None))]
 pub fn allreduce_group_fast(
     py: Python<'_>,
     arrays: &Bound<'_, PyAny>,
     op: &str,
     fusion_threshold: Option<i64>,
     process_set: SetId,
+    out: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<bool> {
     let (Ok(arrays), Ok(op), Ok(fusion_bytes)) = (
         arrays.cast::<PyList>(),
@@ -211,14 +217,33 @@ pub fn allreduce_group_fast(
     ) else {
         return Ok(false);
     };
+    let out = match out.map(|out| out.cast::<PyList>()) {
+        None => None,
+        Some(Ok(out)) if out.len() == arrays.len() => Some(out),
+        Some(_) => return Ok(false),
+    };
     // The dtype, and the descriptor object it was last found by: a group's arrays share one,
     // and comparing pointers saves a lookup per array.
     let mut known: Option<(*mut npyffi::PyArray_Descr, DType)> = None;
     let mut buffers = Vec::with_capacity(arrays.len());
+    let mut inputs = Vec::with_capacity(if out.is_some() { arrays.len() } else { 0 });
     let mut shapes = Vec::with_capacity(arrays.len());
-    for item in arrays.iter() {
+    for (index, item) in arrays.iter().enumerate() {
         let Ok(array) = item.cast::<PyUntypedArray>() else {
             return Ok(false);
+        };
+        // The array written: the result given for this one, if any.
+        let result = match out.map(|out| out.get_item(index)) {
+            None => None,
+            Some(Ok(given)) if given.is(&item) => {
+                inputs.push(None);
+                None
+            }
+            Some(Ok(given)) => match given.cast_into::<PyUntypedArray>() {
+                Ok(given) if given.shape() == array.shape() => Some(given),
+                _ => return Ok(false),
+            },
+            Some(Err(_)) => return Ok(false),
         };
         // SAFETY: `array` is a live NumPy array, so its object header can be read.
         let descr = unsafe { (*array.as_array_ptr()).fields.descr };
@@ -235,8 +260,22 @@ pub fn allreduce_group_fast(
                 this
             }
         };
-        // SAFETY: `arrays` holds every array until we return.
-        let Some(bytes) = (unsafe { writable_elements(array, dtype.size()) }) else {
+        let written = match &result {
+            Some(given) => {
+                // SAFETY: `arrays` holds every array until we return; this one is only read.
+                let Ok(input) = (unsafe { readable_bytes(array, "allreduce") }) else {
+                    return Ok(false);
+                };
+                if known_dtype(&given.dtype()) != Some(dtype) {
+                    return Ok(false);
+                }
+                inputs.push(Some(Buffer::of_readable(input)));
+                given
+            }
+            None => array,
+        };
+        // SAFETY: `arrays` and `out` hold every array until we return.
+        let Some(bytes) = (unsafe { writable_elements(written, dtype.size()) }) else {
             return Ok(false);
         };
         buffers.push(Buffer::of(bytes));
@@ -264,10 +303,14 @@ pub fn allreduce_group_fast(
         thread: process::caller_for("allreduce")?,
         set: process_set,
     };
+    let targets = Targets {
+        results: buffers,
+        inputs,
+    };
     detached(py, move || {
-        // SAFETY: `arrays` holds every array until we return, and the caller may not touch
-        // them meanwhile (it waits here).
-        unsafe { allreduce_buffers(&buffers, &group) }
+        // SAFETY: `arrays` and `out` hold every array until we return, and the caller may not
+        // touch them meanwhile (it waits here).
+        unsafe { allreduce_buffers(&targets, &group) }
     })?;
     Ok(true)
 }
@@ -286,11 +329,11 @@ pub fn default_fusion_threshold() -> usize {
     grouped_allreduce::DEFAULT_FUSION_THRESHOLD
 }
 
-/// Queue an in-place allreduce of `arrays`, as [`allreduce_group`] runs it.
+/// Queue an allreduce of `arrays` (into `out` if given), as [`allreduce_group`] runs it.
 #[pyfunction]
 #[pyo3(signature = (
     arrays, dtype, wire_dtype, op, algorithm, prescale, postscale, fusion_bytes,
-    pack_below=None, process_set = 0
+    pack_below=None, process_set = 0, out = None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_group_async(
@@ -304,6 +347,7 @@ pub fn allreduce_group_async(
     fusion_bytes: usize,
     pack_below: Option<usize>,
     process_set: SetId,
+    out: Option<Vec<Bound<'_, PyUntypedArray>>>,
 ) -> PyResult<Handle> {
     let settings = GroupSettings {
         dtype,
@@ -316,11 +360,15 @@ pub fn allreduce_group_async(
         pack_below,
         process_set,
     };
-    let (buffers, group) = settings.group(&arrays)?;
-    let keepalive: Vec<Py<PyAny>> = arrays.into_iter().map(|a| a.into_any().unbind()).collect();
+    let (targets, group) = settings.group(&arrays, out.as_deref())?;
+    let keepalive: Vec<Py<PyAny>> = arrays
+        .into_iter()
+        .chain(out.into_iter().flatten())
+        .map(|a| a.into_any().unbind())
+        .collect();
     // SAFETY: `keepalive` holds every array until the job ends, and the caller may not touch
     // them before the handle completes (the documented contract of the async calls).
-    let completion = unsafe { queue_group(buffers, group, Box::new(keepalive))? };
+    let completion = unsafe { queue_group(targets, group, Box::new(keepalive))? };
     Ok(Handle { completion })
 }
 
@@ -338,14 +386,56 @@ struct GroupSettings<'a> {
 }
 
 impl GroupSettings<'_> {
-    /// The arrays' buffers, and the group the core runs.
-    fn group(&self, arrays: &[Bound<'_, PyUntypedArray>]) -> PyResult<(Vec<Buffer>, Group)> {
-        let mut buffers = Vec::with_capacity(arrays.len());
+    /// Where the arrays are reduced (in place, or into `out`), and the group the core runs.
+    fn group(
+        &self,
+        arrays: &[Bound<'_, PyUntypedArray>],
+        out: Option<&[Bound<'_, PyUntypedArray>]>,
+    ) -> PyResult<(Targets, Group)> {
+        let mut targets = Targets::in_place(Vec::with_capacity(arrays.len()));
         let mut shapes = Vec::with_capacity(arrays.len());
-        for array in arrays {
+        if let Some(out) = out {
+            if out.len() != arrays.len() {
+                return Err(PyValueError::new_err(format!(
+                    "out has {} arrays for {} arrays to reduce; it needs one result per array",
+                    out.len(),
+                    arrays.len()
+                )));
+            }
+        }
+        for (index, array) in arrays.iter().enumerate() {
             element_type(array, self.dtype)?;
-            // SAFETY: the caller keeps the arrays alive for as long as it uses the buffers.
-            buffers.push(Buffer::of(unsafe { contiguous(array, "allreduce")? }));
+            let result = match out.map(|out| &out[index]) {
+                Some(result) if !result.is(array) => {
+                    element_type(result, self.dtype)?;
+                    if result.shape() != array.shape()
+                        || known_dtype(&result.dtype()) != known_dtype(&array.dtype())
+                    {
+                        return Err(PyValueError::new_err(format!(
+                            "out[{index}] is a {:?} array of {}, but the array it receives is \
+                             {:?} of {}: a result must have its array's shape and dtype",
+                            result.shape(),
+                            result.dtype(),
+                            array.shape(),
+                            array.dtype()
+                        )));
+                    }
+                    // SAFETY: the caller keeps the arrays alive for as long as it uses the
+                    // buffers; this one is only read.
+                    let input = unsafe { readable_bytes(array, "an out-of-place allreduce")? };
+                    targets.inputs.push(Some(Buffer::of_readable(input)));
+                    result
+                }
+                given => {
+                    if given.is_some() {
+                        targets.inputs.push(None);
+                    }
+                    array
+                }
+            };
+            // SAFETY: as above.
+            let bytes = unsafe { contiguous(result, "allreduce")? };
+            targets.results.push(Buffer::of(bytes));
             shapes.push(Dims::from_slice(array.shape()));
         }
         let group = Group {
@@ -361,7 +451,7 @@ impl GroupSettings<'_> {
             thread: process::caller_for("allreduce")?,
             set: self.process_set,
         };
-        Ok((buffers, group))
+        Ok((targets, group))
     }
 }
 

@@ -8,7 +8,7 @@ use crate::auto::{self, Pick};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::schedules::allreduce::recursive_doubling::RecursiveDoubling;
-use crate::schedules::{self, Allreduce, Factors, Parts, Tuning, ALLREDUCE};
+use crate::schedules::{self, Allreduce, Factors, Input, Parts, Tuning, ALLREDUCE};
 use crate::stats;
 use crate::transport::Transport;
 use crate::worker;
@@ -135,8 +135,8 @@ fn reduce_on(
             Some(input) => schedules::allreduce_from(
                 transport,
                 schedule,
-                input,
-                &mut *buf,
+                &Input::one(input),
+                &mut Parts::one(&mut *buf),
                 dtype,
                 op,
                 Factors::NONE,

@@ -22,7 +22,7 @@ use super::replay::{Lengths, Replay};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::kernels::{convert, Finish};
-use crate::schedules::{self, Factors, Parts};
+use crate::schedules::{self, Factors, Input, Parts};
 use crate::scratch::Scratch;
 use crate::stats;
 use crate::worker::{self, Completion};
@@ -87,7 +87,7 @@ pub struct Group {
 }
 
 impl Group {
-    fn check(&self, arrays: &[&mut [u8]]) -> Result<()> {
+    fn check(&self, arrays: &[&mut [u8]], inputs: &[Option<&[u8]>]) -> Result<()> {
         if self.wire != self.dtype && !(self.dtype.is_float() && self.wire.is_float()) {
             return Err(CoreError::InvalidArgument(format!(
                 "{} data cannot be compressed to {} (only floating-point data can)",
@@ -124,6 +124,18 @@ impl Group {
             }
             schedules::check_buffer(array, self.dtype)?;
         }
+        for (input, array) in inputs.iter().zip(arrays) {
+            if let Some(input) = input {
+                schedules::check_buffer(input, self.dtype)?;
+                if input.len() != array.len() {
+                    return Err(CoreError::InvalidArgument(format!(
+                        "internal: a {}-byte input for a {}-byte result",
+                        input.len(),
+                        array.len()
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -135,35 +147,79 @@ pub fn allreduce_group(arrays: &mut [&mut [u8]], group: &Group) -> Result<()> {
     })
 }
 
-/// [`allreduce_group`] of the arrays `buffers` point at, on the caller's thread when nothing
+/// Where a grouped allreduce reads and writes: `results`, each in place or, where `inputs`
+/// (empty, or one per result) gives one, reduced from that input, which is only read.
+pub struct Targets {
+    pub results: Vec<Buffer>,
+    pub inputs: Vec<Option<Buffer>>,
+}
+
+impl Targets {
+    /// Every buffer reduced in place.
+    pub fn in_place(results: Vec<Buffer>) -> Self {
+        Targets {
+            results,
+            inputs: Vec::new(),
+        }
+    }
+
+    /// Results apart (no two share bytes) and none sharing bytes with an input (inputs may
+    /// overlap each other: they are only read).
+    fn check(&self) -> Result<()> {
+        if !self.inputs.is_empty() && self.inputs.len() != self.results.len() {
+            return Err(CoreError::InvalidArgument(format!(
+                "internal: {} inputs for {} results",
+                self.inputs.len(),
+                self.results.len()
+            )));
+        }
+        let mut written: SmallVec<[Buffer; 16]> = self.results.iter().copied().collect();
+        check_disjoint(&written)?;
+        for input in self.inputs.iter().flatten() {
+            written.push(*input);
+            check_disjoint(&written).map_err(|_| {
+                CoreError::InvalidArgument(
+                    "an input overlaps a result in memory; out of place, each result must be a \
+                     separate buffer"
+                        .into(),
+                )
+            })?;
+            written.pop();
+        }
+        Ok(())
+    }
+}
+
+/// [`allreduce_group`] of the arrays `targets` point at, on the caller's thread when nothing
 /// is queued: no hand-off to the comm thread and back.
 ///
 /// # Safety
-/// Each buffer must point at live memory that nobody else reads or writes during the call.
-pub unsafe fn allreduce_buffers(buffers: &[Buffer], group: &Group) -> Result<()> {
+/// Each result must point at live memory that nobody else reads or writes during the call,
+/// and each input at live memory nobody writes.
+pub unsafe fn allreduce_buffers(targets: &Targets, group: &Group) -> Result<()> {
     worker::run_in_order(|| {
         process::with_communicator(group.set, |comm| {
             // SAFETY: the caller's contract.
-            unsafe { allreduce_buffers_on(comm, buffers, group) }
+            unsafe { allreduce_buffers_on(comm, targets, group) }
         })
     })
 }
 
-/// Queue an in-place allreduce of every buffer (the arrays `keepalive` owns, released once the
-/// job no longer touches them); the completion says when it is done and how it went.
+/// Queue the allreduce of `targets` (the arrays `keepalive` owns, released once the job no
+/// longer touches them); the completion says when it is done and how it went.
 ///
 /// # Safety
-/// Each buffer must point at live memory that `keepalive` keeps alive and that nobody reads or
-/// writes until the completion is done.
+/// Each buffer must point at live memory that `keepalive` keeps alive, and that nobody writes
+/// (nor reads, for a result) until the completion is done.
 pub unsafe fn allreduce_group_async(
-    buffers: Vec<Buffer>,
+    targets: Targets,
     group: Group,
     keepalive: Box<dyn Any + Send>,
 ) -> Result<Arc<Completion>> {
     worker::submit(Box::new(move || {
         let outcome = process::with_communicator(group.set, |comm| {
             // SAFETY: the caller's contract.
-            unsafe { allreduce_buffers_on(comm, &buffers, &group) }
+            unsafe { allreduce_buffers_on(comm, &targets, &group) }
         });
         drop(keepalive);
         outcome
@@ -174,19 +230,28 @@ pub unsafe fn allreduce_group_async(
 /// As for [`allreduce_buffers`].
 unsafe fn allreduce_buffers_on(
     comm: &Communicator,
-    buffers: &[Buffer],
+    targets: &Targets,
     group: &Group,
 ) -> Result<()> {
-    match check_disjoint(buffers) {
+    match targets.check() {
         Ok(()) => {
-            // SAFETY: the caller's contract; the buffers are disjoint (checked just now), so
-            // no two slices alias.
-            let mut arrays: SmallVec<[&mut [u8]; 16]> =
-                buffers.iter().map(|b| unsafe { b.slice() }).collect();
-            allreduce_checked(comm, &mut arrays, group, None)
+            // SAFETY: the caller's contract; no two results share bytes, nor a result and an
+            // input (checked just now), so no mutable slice aliases another slice.
+            let mut arrays: SmallVec<[&mut [u8]; 16]> = targets
+                .results
+                .iter()
+                .map(|b| unsafe { b.slice() })
+                .collect();
+            let inputs: SmallVec<[Option<&[u8]>; 16]> = targets
+                .inputs
+                .iter()
+                // SAFETY: as above.
+                .map(|b| b.map(|b| unsafe { b.bytes() }))
+                .collect();
+            allreduce_checked(comm, &mut arrays, &inputs, group, None)
         }
         // Refused with the other ranks, which stay in step.
-        Err(error) => allreduce_checked(comm, &mut [], group, Some(error)),
+        Err(error) => allreduce_checked(comm, &mut [], &[], group, Some(error)),
     }
 }
 
@@ -215,13 +280,15 @@ pub fn allreduce_group_on(
     arrays: &mut [&mut [u8]],
     group: &Group,
 ) -> Result<()> {
-    allreduce_checked(comm, arrays, group, None)
+    allreduce_checked(comm, arrays, &[], group, None)
 }
 
-/// [`allreduce_group_on`], or the refusal of a call already `refused`.
+/// [`allreduce_group_on`] out of place where `inputs` (empty, or one per array) give an input,
+/// or the refusal of a call already `refused`.
 fn allreduce_checked(
     comm: &Communicator,
     arrays: &mut [&mut [u8]],
+    inputs: &[Option<&[u8]>],
     group: &Group,
     refused: Option<CoreError>,
 ) -> Result<()> {
@@ -233,7 +300,7 @@ fn allreduce_checked(
         shape: Shape::Arrays(&shapes),
         ..Call::new(Kind::Allreduce, group.thread)
     };
-    if let Some(error) = refused.or_else(|| group.check(arrays).err()) {
+    if let Some(error) = refused.or_else(|| group.check(arrays, inputs).err()) {
         return comm.refuse(&call, error);
     }
     let wire_lengths: Lengths = arrays
@@ -289,10 +356,32 @@ fn allreduce_checked(
         let (seq, mut together) = begin(comm, schedule, &call, wire_bytes)?;
         let started = Instant::now();
         let transport = comm.transport();
+        // This run's inputs, if it is reduced out of place: every array from its own input.
+        let run_inputs = inputs.get(run.clone());
+        let from: Option<Input> = run_inputs
+            .filter(|given| given.iter().all(Option::is_some))
+            .map(|given| Input::new(given.iter().flatten().copied()));
         if !packs {
+            if from.is_none() {
+                // In place, after copying any inputs given for some of its arrays.
+                for (input, array) in run_inputs
+                    .unwrap_or_default()
+                    .iter()
+                    .zip(&mut arrays[run.clone()])
+                {
+                    if let Some(input) = input {
+                        array.copy_from_slice(input);
+                    }
+                }
+            }
             let mut parts = Parts::new(arrays[run].iter_mut().map(|a| &mut **a));
-            together &= settled(comm, &call, seq, || {
-                schedules::allreduce(transport, schedule, &mut parts, dtype, op, factors, &tuning)
+            together &= settled(comm, &call, seq, || match &from {
+                None => schedules::allreduce(
+                    transport, schedule, &mut parts, dtype, op, factors, &tuning,
+                ),
+                Some(from) => schedules::allreduce_from(
+                    transport, schedule, from, &mut parts, dtype, op, factors, &tuning,
+                ),
             })?;
             let elapsed = started.elapsed();
             stats::record(schedule.name(), wire_bytes, elapsed);
@@ -306,7 +395,8 @@ fn allreduce_checked(
         let mut offset = 0;
         for i in run.clone() {
             let part = &mut fusion[offset..offset + wire_lengths[i]];
-            convert::convert(dtype, arrays[i], wire, part, pack_scale)?;
+            let source = inputs.get(i).copied().flatten().unwrap_or(&*arrays[i]);
+            convert::convert(dtype, source, wire, part, pack_scale)?;
             offset += wire_lengths[i];
         }
         let mut copying = packing.elapsed();

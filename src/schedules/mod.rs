@@ -21,7 +21,7 @@ mod common {
     pub(crate) mod parts;
 }
 
-pub use common::parts::Parts;
+pub use common::parts::{Input, Parts};
 
 use crate::dtype::{names, DType, ReduceOp};
 use crate::error::{CoreError, Result};
@@ -360,19 +360,20 @@ pub trait Allreduce: Algorithm {
     ) -> Result<()>;
 
     /// [`run`](Self::run) out of place: every rank's `input` (only read) reduced into its
-    /// `output`, as long. By default `output` starts as a copy of `input`; a schedule whose
-    /// first touch of each byte can read the caller's vector overrides this, so that no copy
-    /// precedes the collective (a framework's argument, which it keeps, is reduced in one pass).
+    /// `output`, as long, part for part. By default `output` starts as a copy of `input`; a
+    /// schedule whose first touch of each byte can read the caller's vector overrides this, so
+    /// that no copy precedes the collective (a framework's argument, which it keeps, is reduced
+    /// in one pass).
     fn run_from(
         &self,
         transport: &dyn Transport,
-        input: &[u8],
-        output: &mut [u8],
+        input: &Input,
+        output: &mut Parts,
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        output.copy_from_slice(input);
-        self.run(transport, &mut Parts::one(output), reduction, tuning)
+        output.copy_from(0..input.len(), input)?;
+        self.run(transport, output, reduction, tuning)
     }
 }
 
@@ -556,42 +557,40 @@ pub fn allreduce(
     Ok(())
 }
 
-/// [`allreduce`] out of place: `input` (only read) reduced into `output`, which must be as
-/// long and must not overlap it.
+/// [`allreduce`] out of place: `input` (only read) reduced into `output`, which must have
+/// parts as long and must not overlap it.
 #[allow(clippy::too_many_arguments)]
 pub fn allreduce_from(
     transport: &dyn Transport,
     schedule: &dyn Allreduce,
-    input: &[u8],
-    output: &mut [u8],
+    input: &Input,
+    output: &mut Parts,
     dtype: DType,
     op: ReduceOp,
     factors: Factors,
     tuning: &Tuning,
 ) -> Result<()> {
-    check_buffer(input, dtype)?;
-    check_buffer(output, dtype)?;
-    if input.len() != output.len() {
+    for part in input.parts() {
+        check_buffer(part, dtype)?;
+    }
+    if !input.matches(output) {
         return Err(CoreError::InvalidArgument(format!(
-            "internal: a {}-byte input for a {}-byte result",
+            "internal: a {}-byte input in {} parts for a {}-byte result in {}",
             input.len(),
-            output.len()
+            input.parts().len(),
+            output.len(),
+            output.parts().len()
         )));
     }
     let ranks = transport.size();
     let folded = schedule.folds_scaling();
     if ranks <= 1 || !folded && factors.pre != 1.0 {
         // Nothing to exchange, or a sweep over the input first: from a copy.
-        output.copy_from_slice(input);
-        return allreduce(
-            transport,
-            schedule,
-            &mut Parts::one(output),
-            dtype,
-            op,
-            factors,
-            tuning,
-        );
+        output.copy_from(0..input.len(), input)?;
+        return allreduce(transport, schedule, output, dtype, op, factors, tuning);
+    }
+    for part in output.parts() {
+        check_buffer(part, dtype)?;
     }
     let reduction = Reduction {
         dtype,
@@ -603,7 +602,9 @@ pub fn allreduce_from(
     };
     schedule.run_from(transport, input, output, &reduction, tuning)?;
     if let (false, Some(finish)) = (folded, reduction.finish()) {
-        kernels::finish(dtype, output, finish)?;
+        for part in output.parts_mut() {
+            kernels::finish(dtype, part, finish)?;
+        }
     }
     Ok(())
 }

@@ -369,3 +369,78 @@ def test_every_algorithm_reduces_a_group_in_place_across_array_boundaries(
                 assert np.allclose(array.astype(np.float64), expected.astype(np.float64),
                                    rtol=1e-2 if dtype == "bfloat16" else 1e-6)
             assert same_on_every_rank(comm, array)
+
+
+@pytest.mark.parametrize("algorithm", ["auto", *ringlet.algorithms(dtype="float32")])
+@pytest.mark.parametrize("shapes", [
+    [(16,), (0,), (3,), (16,), (1,)],  # shm's one-shot: folded together in scratch
+    [(300,), (0,), (257,), (600,)],  # shm's one-shot: each folded where it is
+    [(40_003,), (0,), (129, 257), (1,), (300_001,)],  # two-shot over segments; blocks astride
+], ids=["tiny", "small", "large"])
+def test_a_group_reduced_into_out_reads_its_arrays_and_writes_every_result(
+        comm, rank, size, algorithm, shapes):
+    inputs = [[exact_input(110 + i, r, s, "float32", "sum") for i, s in enumerate(shapes)]
+              for r in range(size)]
+    mine = [a.copy() for a in inputs[rank]]
+    for array in mine:
+        array.flags.writeable = False  # only read: a framework's tensors
+    out = [np.full(s, np.nan, np.float32) for s in shapes]
+    ringlet.average_gradients(mine, op="sum", algorithm=algorithm, out=out)
+    for i, result in enumerate(out):
+        expected = reference([inputs[r][i] for r in range(size)], "sum")
+        assert result.tobytes() == expected.tobytes(), (algorithm, shapes[i])
+        assert np.array_equal(mine[i], inputs[rank][i])
+    # Scaled (folded into the combines, or a sweep) and queued: the same results.
+    out = [np.full(s, np.nan, np.float32) for s in shapes]
+    ringlet.allreduce_group_async(mine, "avg", algorithm=algorithm, prescale=0.5,
+                                  postscale=4.0, out=out).wait()
+    for i, result in enumerate(out):
+        total = reference([inputs[r][i] for r in range(size)], "sum").astype(np.float64)
+        assert np.allclose(result, total * 2.0 / size, rtol=1e-6), (algorithm, shapes[i])
+        assert same_on_every_rank(comm, result)
+
+
+def test_a_group_into_out_mixes_dtypes_in_place_entries_and_compression(comm, rank, size):
+    dtypes = ["float64", "int32", "bfloat16", "float32", "int64"]
+    inputs = {d: [exact_input(7, r, (33,), d, "sum") for r in range(size)] for d in dtypes}
+    mine = [inputs[d][rank].copy() for d in dtypes]
+    # Every other entry is the array itself: that one in place, the rest into new arrays.
+    out = [a if i % 2 else np.zeros_like(a) for i, a in enumerate(mine)]
+    ringlet.average_gradients(mine, op="sum", out=out)
+    for i, (result, d) in enumerate(zip(out, dtypes)):
+        assert result.tobytes() == reference(inputs[d], "sum").tobytes(), d
+        if i % 2 == 0:
+            assert np.array_equal(mine[i], inputs[d][rank]), d
+    x = np.random.default_rng([5, rank]).uniform(-1, 1, 5000).astype(np.float32)
+    kept = x.copy()
+    packed, into = x.copy(), np.empty_like(x)
+    ringlet.average_gradients([packed], compression="bf16")
+    ringlet.average_gradients([x], compression="bf16", out=[into])
+    assert into.tobytes() == packed.tobytes() and np.array_equal(x, kept)
+    assert same_on_every_rank(comm, into)
+
+
+def test_a_bad_out_is_refused_on_every_rank_and_leaves_everything_unchanged(rank, size):
+    base = np.arange(12, dtype=np.float32) + rank
+    arrays = [base[:10], np.ones(4, np.float32)]
+    buffer = np.zeros(20, np.float32)
+    bad = {
+        "one result per array": [np.zeros(10, np.float32)],
+        "shape and dtype": [np.zeros(10, np.float64), np.zeros(4, np.float32)],
+        "overlaps": [base[2:], np.zeros(4, np.float32)],
+        "read-only": [np.zeros(10, np.float32), np.zeros(4, np.float32)],
+    }
+    bad["read-only"][1].flags.writeable = False
+    # Another rank's mistake too: rank 0 passes the bad call, the others a good one.
+    for reason, out in bad.items():
+        with pytest.raises((ValueError, ringlet.MismatchError)) as raised:
+            ringlet.average_gradients(arrays, out=out if rank == 0 else
+                                      [np.zeros(10, np.float32), np.zeros(4, np.float32)])
+        if rank == 0:
+            assert reason in str(raised.value), (reason, raised.value)
+        assert np.array_equal(base, np.arange(12, dtype=np.float32) + rank)
+    # The results overlapping each other, on every rank: refused in the core.
+    with pytest.raises(ValueError, match="overlap"):
+        ringlet.average_gradients(arrays, out=[buffer[:10], buffer[6:10]])
+    assert not buffer.any()
+    assert ringlet.allreduce(np.ones(3), "sum")[0] == size  # the ranks are still in step

@@ -568,10 +568,22 @@ fn every_schedule_reduces_out_of_place_as_in_place_and_leaves_the_input() {
                             out_of_place: true,
                             ..setup
                         };
-                        let out_of_place = run_with(schedule, inputs, dtype, op, &setup);
+                        let out_of_place = run_with(schedule, inputs.clone(), dtype, op, &setup);
+                        // A fused group: parts of every size, an empty one among them.
+                        let setup = Setup {
+                            parts: Some(vec![
+                                count / 7,
+                                0,
+                                count / 2,
+                                count - count / 7 - count / 2,
+                            ]),
+                            ..setup
+                        };
+                        let in_parts = run_with(schedule, inputs, dtype, op, &setup);
                         for r in 0..n {
                             let what = format!("{name} N={n} count={count} {dtype:?} {op:?}");
                             assert!(out_of_place[r].result == expected, "{what}: rank {r}");
+                            assert!(in_parts[r].result == expected, "{what} in parts: rank {r}");
                             assert!(in_place[r].result == expected, "{what}: rank {r}");
                             assert_eq!(out_of_place[r].unreceived, 0, "{what}");
                         }

@@ -13,12 +13,11 @@
 use crate::schedules::common::blocks::Blocks;
 use crate::schedules::common::exchange::{receive_all, send_all, send_and_receive, swap};
 use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
-use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;
 use crate::transport::{Destination, Pieces, Transport};
-use smallvec::smallvec;
 use std::ops::Range;
 
 pub struct HalvingDoubling;
@@ -82,18 +81,18 @@ impl Allreduce for HalvingDoubling {
     fn run_from(
         &self,
         transport: &dyn Transport,
-        input: &[u8],
-        output: &mut [u8],
+        input: &Input,
+        output: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        reduce(transport, &mut Parts::one(output), Some(input), reduction)
+        reduce(transport, output, Some(input), reduction)
     }
 }
 
 /// The fold and halvings, then the doublings; this rank's vector is read from `input` where
 /// given (`buf` then starts unwritten).
-fn reduce(transport: &dyn Transport, buf: &mut Parts, input: Option<&[u8]>, reduction: &Reduction) -> Result<()> {
+fn reduce(transport: &dyn Transport, buf: &mut Parts, input: Option<&Input>, reduction: &Reduction) -> Result<()> {
     let blocks = Blocks::new(buf.len() / reduction.elem_size(), largest_power_of_two(transport.size()), reduction.elem_size());
     let halved = halve_from(transport, buf, input, reduction, &blocks)?;
     double(transport, buf, halved, &blocks)
@@ -156,7 +155,7 @@ pub(crate) fn halve(
 fn halve_from(
     transport: &dyn Transport,
     buf: &mut Parts,
-    input: Option<&[u8]>,
+    input: Option<&Input>,
     reduction: &Reduction,
     blocks: &Blocks,
 ) -> Result<Halved> {
@@ -173,7 +172,7 @@ fn halve_from(
         Role::Folded { partner } => {
             for half in fold_halves(len, elem) {
                 let pieces: Pieces = match input {
-                    Some(input) => smallvec![&input[half]],
+                    Some(input) => input.get(half)?,
                     None => buf.get(half)?,
                 };
                 transport.isend_pieces(&pieces, partner)?.wait()?;
@@ -190,7 +189,7 @@ fn halve_from(
             let destination = Destination::Cut { buf: &mut *incoming, cuts };
             transport.irecv_to(destination, folded)?.wait()?;
             if let Some(input) = input {
-                buf.write_from(half.clone(), &input[half.clone()])?;
+                buf.copy_from(half.clone(), input)?;
             }
             let mut target = buf.get_mut(half)?;
             reduction.combine_into(&mut target, incoming, Order::AccFirst, &scaling)?;
@@ -216,10 +215,10 @@ fn halve_from(
             // The first step: what this rank gives and keeps comes from the input.
             Some(input) => {
                 let cuts = buf.cuts(recv.clone())?;
-                let outgoing: Pieces = smallvec![&input[send]];
+                let outgoing = input.get(send)?;
                 let destination = Destination::Cut { buf: &mut *incoming, cuts };
                 transport.sendrecv_pieces(&outgoing, partner, destination, partner)?;
-                buf.write_from(recv.clone(), &input[recv.clone()])?;
+                buf.copy_from(recv.clone(), input)?;
             }
             None => send_and_receive(transport, buf, send, partner, incoming, recv.clone(), partner)?,
         }

@@ -3,7 +3,7 @@
 //! the way ringlet does.
 
 use super::{halving_doubling::HalvingDoubling, recursive_doubling::RecursiveDoubling};
-use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Support, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Input, Parts, Reduction, Support, Tuning};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
 use crate::transport::{LibraryCollectives, LibraryElement, LibraryOp, Transport};
@@ -63,18 +63,22 @@ impl Allreduce for Mpi {
         Ok(())
     }
 
-    /// MPI's own allreduce out of place (a send buffer apart from the receive buffer).
+    /// MPI's own allreduce out of place (a send buffer apart from the receive buffer), one
+    /// per part.
     fn run_from(
         &self,
         transport: &dyn Transport,
-        input: &[u8],
-        output: &mut [u8],
+        input: &Input,
+        output: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
         let library = library(transport, self.name())?;
         let (element, op) = library_reduction(reduction.dtype, reduction.op, self.name())?;
-        library.allreduce_from(input, output, element, op)
+        for (from, to) in input.parts().iter().zip(output.parts_mut()) {
+            library.allreduce_from(from, to, element, op)?;
+        }
+        Ok(())
     }
 }
 

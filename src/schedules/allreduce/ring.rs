@@ -24,13 +24,13 @@
 use crate::schedules::common::blocks::Blocks;
 use crate::schedules::common::exchange::{send_and_receive, swap};
 use crate::schedules::{
-    node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
+    node_major, node_major_cost, Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tiered,
+    Tuning,
 };
 use crate::error::{CoreError, Result};
 use crate::kernels::Order;
 use crate::scratch::Scratch;
-use crate::transport::{Destination, Nodes, Pieces, Transport};
-use smallvec::smallvec;
+use crate::transport::{Destination, Nodes, Transport};
 use std::ops::Range;
 
 pub struct Ring;
@@ -83,12 +83,12 @@ impl Allreduce for Ring {
     fn run_from(
         &self,
         transport: &dyn Transport,
-        input: &[u8],
-        output: &mut [u8],
+        input: &Input,
+        output: &mut Parts,
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        ring(transport, &mut Parts::one(output), Some(input), reduction, tuning)
+        ring(transport, output, Some(input), reduction, tuning)
     }
 }
 
@@ -97,7 +97,7 @@ impl Allreduce for Ring {
 fn ring(
     transport: &dyn Transport,
     buf: &mut Parts,
-    input: Option<&[u8]>,
+    input: Option<&Input>,
     reduction: &Reduction,
     tuning: &Tuning,
 ) -> Result<()> {
@@ -146,7 +146,7 @@ pub fn reduce_scatter(
 fn reduce_scatter_from(
     transport: &dyn Transport,
     buf: &mut Parts,
-    input: Option<&[u8]>,
+    input: Option<&Input>,
     blocks: &[Range<usize>],
     reduction: &Reduction,
 ) -> Result<()> {
@@ -170,7 +170,7 @@ fn reduce_scatter_from(
             // The first block sent is this rank's own, not yet in the result.
             Some(input) if step == 0 => {
                 let cuts = buf.cuts(recv.clone())?;
-                let outgoing: Pieces = smallvec![&input[send.clone()]];
+                let outgoing = input.get(send.clone())?;
                 let destination = Destination::Cut {
                     buf: incoming,
                     cuts,
@@ -181,7 +181,7 @@ fn reduce_scatter_from(
         }
         if let Some(input) = input {
             // This block's first touch in the result: it starts as this rank's own.
-            buf.write_from(recv.clone(), &input[recv.clone()])?;
+            buf.copy_from(recv.clone(), input)?;
         }
         let scaling = reduction.scaling(true, step == 0, step + 1 == steps);
         let mut target = buf.get_mut(recv.clone())?;

@@ -18,7 +18,7 @@
 //! ranks and rounded once.
 
 use crate::schedules::common::blocks::Blocks;
-use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tuning};
 use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use crate::kernels::{self, convert, Order};
@@ -126,20 +126,21 @@ impl Allreduce for Shm {
     fn run_from(
         &self,
         transport: &dyn Transport,
-        input: &[u8],
-        output: &mut [u8],
+        input: &Input,
+        output: &mut Parts,
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
         let two_shot_in_array = output.len() > one_shot_max(transport.size())
-            && transport
-                .shared()
-                .is_some_and(|shared| shared.locate(output.as_ptr(), output.len()).is_some());
+            && match (transport.shared(), output.parts()) {
+                (Some(shared), [only]) => shared.locate(only.as_ptr(), only.len()).is_some(),
+                _ => false,
+            };
         if two_shot_in_array {
-            output.copy_from_slice(input);
-            return self.reduce(transport, &mut Parts::one(output), None, reduction);
+            output.copy_from(0..input.len(), input)?;
+            return self.reduce(transport, output, None, reduction);
         }
-        self.reduce(transport, &mut Parts::one(output), Some(input), reduction)
+        self.reduce(transport, output, Some(input), reduction)
     }
 }
 
@@ -150,9 +151,14 @@ impl Shm {
         &self,
         transport: &dyn Transport,
         buf: &mut Parts,
-        input: Option<&[u8]>,
+        input: Option<&Input>,
         reduction: &Reduction,
     ) -> Result<()> {
+        if input.is_some_and(|input| !input.matches(buf)) {
+            return Err(CoreError::InvalidArgument(
+                "internal: a shared-memory allreduce's input and result differ in parts".into(),
+            ));
+        }
         let shared = transport.shared().ok_or_else(|| {
             CoreError::InvalidArgument(format!(
                 "algorithm \"shm\" is not available here: {}",
@@ -171,12 +177,13 @@ impl Shm {
 }
 
 /// The one-shot path: each rank stages its vector, and every rank folds all of them. With
-/// `input` (out of place, one part), this rank's vector is read there and `buf` only written.
+/// `input` (out of place, parts as `buf`'s), this rank's vector is read there and `buf` only
+/// written.
 fn one_shot(
     transport: &dyn Transport,
     shared: &dyn SharedMemory,
     buf: &mut Parts,
-    input: Option<&[u8]>,
+    input: Option<&Input>,
     reduction: &Reduction,
 ) -> Result<()> {
     let flags = shared.flags();
@@ -185,19 +192,15 @@ fn one_shot(
     let half = (flags.next_step() % 2) as usize * (AREA_BYTES / 2);
     let slot = |rank: usize| shared.area(rank).wrapping_add(half) as *const u8;
     let staging = shared.area(flags.rank()).wrapping_add(half);
-    match input {
-        // SAFETY: this rank's half-area is its own until it posts (the others finished reading
-        // it two steps ago), and `len` fits it; the input is as long as the vector.
-        Some(input) => unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), staging, len) },
-        // SAFETY: as above.
-        None => unsafe { gather(buf, 0, staging, len)? },
-    }
+    // SAFETY: this rank's half-area is its own until it posts (the others finished reading it
+    // two steps ago), and `len` fits it.
+    unsafe { gather(input.map_or(Vector::Result(buf), Vector::Input), 0, staging, len)? };
     // The call's check, if the runtime left it to this meeting: nothing is written before it.
     flags.sync_checked(transport)?;
     let mut sources: smallvec::SmallVec<[*const u8; 8]> = (0..ranks).map(slot).collect();
     let mine = flags.rank();
     let parts = buf.parts().len();
-    if input.is_none() && parts > 1 && len / parts < FOLD_EACH_PART_FROM {
+    if parts > 1 && len / parts < FOLD_EACH_PART_FROM {
         // A fused run of small arrays: one fold into scratch, then a copy to each, costs less
         // than a fold per array (the vector is at most a staging half, in cache). The scratch
         // starts as this rank's vector and stands for it in the fold, which then combines the
@@ -216,9 +219,9 @@ fn one_shot(
     // Each part still holds what this rank staged (or the input does): it stands for this
     // rank's piece, and the fold combines the others' pieces into it where it is.
     let mut offset = 0;
-    for part in buf.parts_mut() {
+    for (index, part) in buf.parts_mut().iter_mut().enumerate() {
         let own = match input {
-            Some(input) => input.as_ptr().wrapping_add(offset),
+            Some(input) => input.parts()[index].as_ptr(),
             None => part.as_ptr(),
         };
         let pieces: smallvec::SmallVec<[*const u8; 8]> = (0..ranks)
@@ -270,13 +273,14 @@ enum Own {
 }
 
 /// The two-shot path: a reduce-scatter through the staging areas (or shared arrays), then an
-/// allgather, a segment at a time. With `input` (out of place: one private part), this rank's
-/// vector is staged from it and its own slice read there, and `buf` only written.
+/// allgather, a segment at a time. With `input` (out of place, parts as `buf`'s, which are
+/// private), this rank's vector is staged from it (and, one part, its own slice read there),
+/// and `buf` only written.
 fn two_shot(
     transport: &dyn Transport,
     shared: &dyn SharedMemory,
     buf: &mut Parts,
-    input: Option<&[u8]>,
+    input: Option<&Input>,
     reduction: &Reduction,
 ) -> Result<()> {
     let flags = shared.flags();
@@ -292,11 +296,13 @@ fn two_shot(
         (None, [only]) => Own::Private(only.as_mut_ptr()),
         _ => Own::Pieces,
     };
-    if input.is_some() && !matches!(own, Own::Private(_)) {
+    if input.is_some() && own == Own::InArray {
         return Err(CoreError::InvalidArgument(
-            "internal: an out-of-place shared-memory allreduce needs one private result".into(),
+            "internal: an out-of-place shared-memory allreduce needs a private result".into(),
         ));
     }
+    // This rank's own slices are read where the input is, when it is one buffer.
+    let own_input = input.and_then(|input| input.single());
     let words = match in_array {
         Some((id, offset)) => [IN_ARRAY, id, offset as u64, 0],
         None => [STAGED; WORDS],
@@ -336,16 +342,11 @@ fn two_shot(
             };
             for part in [0..skip.start, skip.end..range.len()] {
                 let (start, to) = (range.start + part.start, slot.wrapping_add(part.start));
-                match input {
-                    // SAFETY: slot c % 3 of this rank's area is its own: the others read it
-                    // last for segment c - 3, before their post that this rank waited for at
-                    // segment c - 1. The input holds the vector's bytes.
-                    Some(input) => unsafe {
-                        std::ptr::copy_nonoverlapping(input[start..].as_ptr(), to, part.len())
-                    },
-                    // SAFETY: as above.
-                    None => unsafe { gather(buf, start, to, part.len())? },
-                }
+                let vector = input.map_or(Vector::Result(buf), Vector::Input);
+                // SAFETY: slot c % 3 of this rank's area is its own: the others read it last
+                // for segment c - 3, before their post that this rank waited for at segment
+                // c - 1.
+                unsafe { gather(vector, start, to, part.len())? };
             }
         }
         flags.sync(transport, [0; WORDS])?;
@@ -373,7 +374,7 @@ fn two_shot(
             let outputs = match own {
                 Own::Private(base) => {
                     let here = base.wrapping_add(range.start + slice.start);
-                    inputs[rank] = match input {
+                    inputs[rank] = match own_input {
                         Some(input) => input[range.start + slice.start..].as_ptr(),
                         None => here,
                     };
@@ -392,14 +393,24 @@ fn two_shot(
     Ok(())
 }
 
-/// Copy bytes `start .. start + len` of the vector into `to`.
+/// Where this rank's vector is read: the result itself (in place), or the input.
+#[derive(Clone, Copy)]
+enum Vector<'v, 'r, 'i> {
+    Result(&'v Parts<'r>),
+    Input(&'v Input<'i>),
+}
+
+/// Copy bytes `start .. start + len` of this rank's vector into `to`.
 ///
 /// # Safety
 /// `to` must be valid for `len` bytes that nothing else touches meanwhile.
-unsafe fn gather(buf: &Parts, start: usize, to: *mut u8, len: usize) -> Result<()> {
+unsafe fn gather(vector: Vector, start: usize, to: *mut u8, len: usize) -> Result<()> {
     // SAFETY: the caller's contract for `to`.
     let to = unsafe { std::slice::from_raw_parts_mut(to, len) };
-    buf.read_into(start..start + len, to)
+    match vector {
+        Vector::Result(buf) => buf.read_into(start..start + len, to),
+        Vector::Input(input) => input.read_into(start..start + len, to),
+    }
 }
 
 /// Copy `len` bytes from `from` into bytes `start .. start + len` of the vector.

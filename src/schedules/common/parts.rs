@@ -185,6 +185,92 @@ impl<'a> Parts<'a> {
     }
 }
 
+/// A vector to read only: the caller's input to an out-of-place collective, one buffer or
+/// several seen as their concatenation, as [`Parts`] are.
+pub struct Input<'a> {
+    parts: SmallVec<[&'a [u8]; INLINE_PARTS]>,
+    starts: SmallVec<[usize; INLINE_PARTS + 1]>,
+}
+
+impl<'a> Input<'a> {
+    pub fn new(parts: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let parts: SmallVec<[&'a [u8]; INLINE_PARTS]> = parts.into_iter().collect();
+        let mut starts = SmallVec::with_capacity(parts.len() + 1);
+        starts.push(0);
+        let mut offset = 0;
+        for part in &parts {
+            offset += part.len();
+            starts.push(offset);
+        }
+        Input { parts, starts }
+    }
+
+    /// One contiguous buffer.
+    pub fn one(buf: &'a [u8]) -> Self {
+        Input::new([buf])
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn parts(&self) -> &[&'a [u8]] {
+        &self.parts
+    }
+
+    /// The whole vector, if it is one buffer.
+    pub fn single(&self) -> Option<&'a [u8]> {
+        match self.parts.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
+
+    /// Whether its parts are as long as `output`'s, one for one.
+    pub fn matches(&self, output: &Parts) -> bool {
+        self.starts == output.starts
+    }
+
+    /// Copy bytes `range` of the vector into `out` (exactly as long).
+    pub fn read_into(&self, range: Range<usize>, out: &mut [u8]) -> Result<()> {
+        check_length(&range, out.len())?;
+        let mut written = 0;
+        for (part, within) in spans(&self.starts, range)? {
+            let piece = &self.parts[part][within];
+            out[written..written + piece.len()].copy_from_slice(piece);
+            written += piece.len();
+        }
+        Ok(())
+    }
+
+    /// `range`'s pieces, to send (an empty range is one empty piece, as [`Parts::get`]).
+    pub fn get(&self, range: Range<usize>) -> Result<Pieces<'_>> {
+        if range.is_empty() && range.end <= self.len() {
+            return Ok(smallvec![&[][..]]);
+        }
+        Ok(spans(&self.starts, range)?
+            .map(|(part, within)| &self.parts[part][within])
+            .collect())
+    }
+}
+
+impl Parts<'_> {
+    /// Copy bytes `range` of `input` into the same bytes of this vector.
+    pub fn copy_from(&mut self, range: Range<usize>, input: &Input) -> Result<()> {
+        let mut at = range.start;
+        for piece in input.get(range)? {
+            self.write_from(at..at + piece.len(), piece)?;
+            at += piece.len();
+        }
+        Ok(())
+    }
+}
+
 /// Each part's (index, range within it) that `range` of the concatenation covers, in order,
 /// given the parts' `starts`; without allocating (a fused run of many small arrays is copied
 /// in and out on every call).

@@ -2,7 +2,7 @@
 //! reductions are exact in every dtype, and compute the reference independently of the core.
 
 use _core::dtype::{DType, ReduceOp};
-use _core::schedules::{self, Algorithm, Allreduce, Factors, Parts, Tuning, ALLREDUCE};
+use _core::schedules::{self, Algorithm, Allreduce, Factors, Input, Parts, Tuning, ALLREDUCE};
 use _core::scratch;
 use _core::transport::local::LocalTransport;
 use _core::transport::{MessageLimits, Transport, DEFAULT_MAX_MESSAGE_BYTES};
@@ -134,7 +134,7 @@ pub struct Setup {
     /// Rank r runs on node `nodes[r]`; `None`: every rank on one node.
     pub nodes: Option<Vec<usize>>,
     /// Reduce out of place ([`schedules::allreduce_from`]) into a result filled with junk
-    /// first, and assert the input is unchanged (one contiguous buffer only).
+    /// first (in parts as the input's), and assert the input is unchanged.
     pub out_of_place: bool,
 }
 
@@ -214,32 +214,6 @@ pub fn run_with(
             .zip(inputs)
             .map(|(transport, input)| {
                 scope.spawn(move || {
-                    if setup.out_of_place {
-                        assert!(setup.parts.is_none(), "out of place: one buffer");
-                        let given = aligned_copy(&input);
-                        let mut output = aligned_copy(&vec![0xA5; input.len()]);
-                        scratch::reset_peak();
-                        let result = schedules::allreduce_from(
-                            &transport,
-                            schedule,
-                            given.as_slice(),
-                            output.as_mut_slice(),
-                            dtype,
-                            op,
-                            setup.factors,
-                            &setup.tuning,
-                        );
-                        if let Err(e) = result {
-                            panic!("rank {} failed: {e}", transport.rank());
-                        }
-                        assert!(
-                            given.as_slice() == input.as_slice(),
-                            "{}: rank {} changed its input",
-                            schedule.name(),
-                            transport.rank()
-                        );
-                        return (output.as_slice().to_vec(), transport, scratch::peak_bytes());
-                    }
                     let count = input.len() / dtype.size();
                     let lengths = setup.parts.clone().unwrap_or_else(|| vec![count]);
                     assert_eq!(
@@ -249,10 +223,43 @@ pub fn run_with(
                     );
                     let mut buffers: Vec<AlignedBytes> = Vec::new();
                     let mut offset = 0;
-                    for len in lengths {
+                    for len in &lengths {
                         let bytes = len * dtype.size();
                         buffers.push(aligned_copy(&input[offset..offset + bytes]));
                         offset += bytes;
+                    }
+                    if setup.out_of_place {
+                        let mut outputs: Vec<AlignedBytes> = buffers
+                            .iter()
+                            .map(|b| aligned_copy(&vec![0xA5; b.as_slice().len()]))
+                            .collect();
+                        scratch::reset_peak();
+                        let given = Input::new(buffers.iter().map(|b| b.as_slice()));
+                        let mut parts = Parts::new(outputs.iter_mut().map(|b| b.as_mut_slice()));
+                        let result = schedules::allreduce_from(
+                            &transport,
+                            schedule,
+                            &given,
+                            &mut parts,
+                            dtype,
+                            op,
+                            setup.factors,
+                            &setup.tuning,
+                        );
+                        drop(parts);
+                        if let Err(e) = result {
+                            panic!("rank {} failed: {e}", transport.rank());
+                        }
+                        let unchanged: Vec<u8> =
+                            buffers.iter().flat_map(|b| b.as_slice().to_vec()).collect();
+                        assert!(
+                            unchanged == input,
+                            "{}: rank {} changed its input",
+                            schedule.name(),
+                            transport.rank()
+                        );
+                        let result = outputs.iter().flat_map(|b| b.as_slice().to_vec()).collect();
+                        return (result, transport, scratch::peak_bytes());
                     }
                     scratch::reset_peak();
                     let mut parts = Parts::new(buffers.iter_mut().map(|b| b.as_mut_slice()));
