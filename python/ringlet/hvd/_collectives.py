@@ -63,7 +63,8 @@ class Collectives:
     # ---- allreduce ----------------------------------------------------------------------
     def _grouped_async(self, tensors: Sequence[Any], in_place: bool, average: Any, op: Any,
                        compression: Any, prescale: float, postscale: float,
-                       process_set: Any, now: bool = False) -> HandleSet:
+                       process_set: Any, now: bool = False,
+                       outputs: Sequence[np.ndarray] | None = None) -> HandleSet:
         """Queue the allreduce of ``tensors``, or run it ``now`` (a synchronous call: no
         hand-off to the core's thread and back)."""
         op_name = ringlet_op(average, op)
@@ -75,7 +76,8 @@ class Collectives:
                                            compression, prescale, postscale, process_set)
         handle, finish = reduce_arrays(originals, [in_place] * len(originals), op_name,
                                        compression, prescale, postscale, process_set,
-                                       submitted=time.monotonic() if now else None)
+                                       submitted=time.monotonic() if now else None,
+                                       outputs=outputs)
         return HandleSet(handle, lambda: deliver(backend, tensors, finish(), in_place))
 
     @staticmethod
@@ -101,14 +103,16 @@ class Collectives:
 
     def _allreduce(self, tensors: Sequence[Any], in_place: bool, single: bool, name: Any,
                    average: Any, op: Any, compression: Any, prescale: float, postscale: float,
-                   process_set: Any, now: bool = False) -> HandleSet:
+                   process_set: Any, now: bool = False,
+                   outputs: Sequence[np.ndarray] | None = None) -> HandleSet:
         """Every allreduce entry point: matched by order (started at once; run on this thread
-        for a synchronous call, ``now``) or by name (submitted)."""
+        for a synchronous call, ``now``) or by name (submitted); not in place, into
+        ``outputs`` where given."""
         tensors = list(tensors)
 
         def start() -> HandleSet:
             handle = self._grouped_async(tensors, in_place, average, op, compression, prescale,
-                                         postscale, process_set, now)
+                                         postscale, process_set, now, outputs)
             return HandleSet(handle, lambda: handle.synchronize()[0]) if single else handle
 
         if state.negotiator is None:
@@ -140,7 +144,7 @@ class Collectives:
                 if ran is not None:
                     return ran
         return named("allreduce", name, start, signature, process_set,
-                     None if custom else (backend, tensors, arrays, in_place, single),
+                     None if custom else (backend, tensors, arrays, in_place, single, outputs),
                      waited_for=now, alone=alone and not now)
 
     def allreduce_async(self, tensor: Any, average: Any = None, name: Any = None, op: Any = None,
@@ -209,6 +213,19 @@ class Collectives:
         return self._allreduce(tensors, True, False, name, average, op, compression,
                                prescale_factor, postscale_factor, process_set,
                                now=True).synchronize()
+
+    def grouped_allreduce_into(self, arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                               name: Any = None, op: Any = None, prescale_factor: float = 1.0,
+                               postscale_factor: float = 1.0, process_set: Any = None,
+                               compression: Any = None) -> list[np.ndarray]:
+        """``grouped_allreduce`` of NumPy ``arrays`` (only read) into ``outputs`` (one aligned,
+        writeable C-contiguous array per array, of its shape and dtype) where the reduction
+        allows it, as a framework's operation that owns its result buffers needs (ringlet's
+        own, not Horovod's); returns the results, which are ``outputs`` where they could
+        be."""
+        return self._allreduce(arrays, False, False, name, None, op, compression,
+                               prescale_factor, postscale_factor, process_set, now=True,
+                               outputs=outputs).synchronize()
 
     @staticmethod
     def synchronize(handle: HandleSet) -> Any:

@@ -18,8 +18,9 @@ from ._ops import COMPRESSOR_BY_WIRE
 from ._process_sets import ringlet_set, set_by_id, set_size
 from ._requests import Request
 
-__all__ = ["WIDER", "Ran", "deliver", "dtype_named", "prescaled_integers", "reduce_arrays",
-           "reducible_in_place", "run_fused", "scale_floats"]
+__all__ = ["WIDER", "Ran", "deliver", "dtype_named", "prescaled_integers",
+           "readable_where_it_is", "reduce_arrays", "reducible_in_place", "run_fused",
+           "scale_floats"]
 
 
 def dtype_named(name: str) -> np.dtype:
@@ -50,6 +51,7 @@ def run_fused(requests: list[Request | None],
     compression = COMPRESSOR_BY_WIRE[settings["compression"]]
     originals: list[np.ndarray] = []
     in_place: list[bool] = []
+    outputs: list[np.ndarray | None] = []
     spans = []
     for request, signature in zip(requests, signatures):
         start = len(originals)
@@ -58,16 +60,18 @@ def run_fused(requests: list[Request | None],
                      if isinstance(shape, tuple)]
             originals += zeros
             in_place += [True] * len(zeros)
+            outputs += [None] * len(zeros)
         else:
-            _, _, arrays, place, _ = request.payload
+            _, _, arrays, place, _, into = request.payload
             originals += arrays
             in_place += [place] * len(arrays)
+            outputs += into if into is not None else [None] * len(arrays)
         spans.append((start, len(originals)))
     submitted = min((r.submitted for r in requests if r is not None), default=time.monotonic())
     queued = sum(a.nbytes for a in originals) >= QUEUED_FROM
     handle, finish = reduce_arrays(originals, in_place, settings["op"], compression,
                                    settings["prescale"], settings["postscale"], process_set,
-                                   submitted=None if queued else submitted)
+                                   submitted=None if queued else submitted, outputs=outputs)
     results: list[list[np.ndarray]] = []
 
     def all_results() -> list[np.ndarray]:
@@ -80,7 +84,7 @@ def run_fused(requests: list[Request | None],
         if request is None:
             handles.append(HandleSet(handle, lambda: None))
             continue
-        backend, tensors, _, place, single = request.payload
+        backend, tensors, _, place, single, _ = request.payload
 
         def one(backend: Backend = backend, tensors: list[Any] = tensors, place: bool = place,
                 single: bool = single, start: int = start, end: int = end) -> Any:
@@ -93,8 +97,11 @@ def run_fused(requests: list[Request | None],
 
 def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: str,
                   compression: Any, prescale: float, postscale: float, process_set: Any,
-                  submitted: float | None = None) -> tuple[Any, Callable[[], list[np.ndarray]]]:
-    """Start allreducing ``originals`` (each in place where asked and possible); returns the
+                  submitted: float | None = None,
+                  outputs: Sequence[np.ndarray | None] | None = None,
+                  ) -> tuple[Any, Callable[[], list[np.ndarray]]]:
+    """Start allreducing ``originals``: each in place where asked and possible, else from
+    where it is into ``outputs[i]`` if given, else into a new aligned array; returns the
     handle and a function that, once it has finished, gives the results in the originals'
     dtypes. Queued to the core's thread, or, given when the operation was ``submitted``
     (``time.monotonic()``), run on this thread before it returns."""
@@ -104,20 +111,34 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     arrays = [a.astype(WIDER[a.dtype]) if a.dtype in WIDER else a for a in originals]
     scaled = float(prescale) != 1.0 or float(postscale) != 1.0
     integers = [scaled and a.dtype.kind in "iu" for a in arrays]
-    # Reduce the tensor's own memory when it can be; otherwise a contiguous copy. Scaled
-    # integers are scaled as Horovod scales them: in float64, truncated back, before the
-    # sum (prescale) and after it (postscale, with avg's 1/N), always on a copy, so that
-    # the tensor is unchanged if the collective fails.
-    work = [prescaled_integers(a, prescale) if integer
-            else a if place and reducible_in_place(a)
-            else np.array(a, order="C", copy=True)
-            for a, integer, place in zip(arrays, integers, in_place)]
-    floats = [w for w, integer in zip(work, integers) if not integer]
-    whole = [w for w, integer in zip(work, integers) if integer]
+    given = list(outputs) if outputs is not None else [None] * len(arrays)
+    # Reduce the tensor's own memory when it can be, or read it where it is into a result
+    # apart; otherwise a contiguous copy, in place. Scaled integers are scaled as Horovod
+    # scales them: in float64, truncated back, before the sum (prescale) and after it
+    # (postscale, with avg's 1/N), always on a copy, so that the tensor is unchanged if the
+    # collective fails.
+    sources: list[np.ndarray] = []
+    results: list[np.ndarray] = []
+    for a, original, integer, place, out in zip(arrays, originals, integers, in_place, given):
+        if integer:
+            source = result = prescaled_integers(a, prescale)
+        elif a is not original or (place and reducible_in_place(a)):
+            source = result = a  # a widened copy is this call's own
+        elif readable_where_it_is(a):
+            source = a
+            result = out if out is not None else ringlet.aligned_empty(a.shape, a.dtype)
+        else:
+            source = result = np.array(a, order="C", copy=True)
+        sources.append(source)
+        results.append(result)
+    floats = [w for w, integer in zip(sources, integers) if not integer]
+    into = [r for r, integer in zip(results, integers) if not integer]
+    whole = [w for w, integer in zip(sources, integers) if integer]
+    apart = any(s is not r for s, r in zip(floats, into))
     # The core's own name for it (None: not compressed, which its fast path takes).
     wire = getattr(compression, "wire_dtype", compression)
     calls = [(floats, op_name, {"compression": wire, "prescale": prescale,
-                                "postscale": postscale})]
+                                "postscale": postscale, "out": into if apart else None})]
     if whole:
         calls.append((whole, "sum" if op_name == "avg" else op_name, {}))
     handle: Any
@@ -133,12 +154,18 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     post = float(postscale) / (set_size(process_set) if op_name == "avg" else 1)
 
     def finish() -> list[np.ndarray]:
-        for w, integer in zip(work, integers):
+        for r, integer in zip(results, integers):
             if integer:
-                np.copyto(w, np.trunc(w.astype(np.float64) * post), casting="unsafe")
-        return [w.astype(o.dtype) if w.dtype != o.dtype else w for w, o in zip(work, originals)]
+                np.copyto(r, np.trunc(r.astype(np.float64) * post), casting="unsafe")
+        return [r.astype(o.dtype) if r.dtype != o.dtype else r
+                for r, o in zip(results, originals)]
 
     return handle, finish
+
+
+def readable_where_it_is(array: np.ndarray) -> bool:
+    """Whether the core can read ``array`` where it is (an out-of-place input)."""
+    return bool(array.flags.c_contiguous and array.flags.aligned and array.dtype.isnative)
 
 
 class Ran:

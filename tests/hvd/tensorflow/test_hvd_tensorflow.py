@@ -127,6 +127,38 @@ def test_results_are_the_buffer_ringlet_wrote_without_a_copy(mode, rank, size, m
     assert written[-1] % 64 == 0
 
 
+def test_a_functions_results_reuse_its_buffers_once_freed_and_never_while_held(
+        rank, size, monkeypatch):
+    """A graph op writes into the arrays it returned before once TensorFlow has freed their
+    tensors (no fresh pages per step), and never into one a live tensor still holds."""
+    made = []
+    allocate = ringlet.aligned_empty
+    monkeypatch.setattr(ringlet, "aligned_empty", lambda *a, **k: made.append(a) or allocate(
+        *a, **k))
+    shapes = [(1 << 16,), (5,), (3, 7)]
+    step = tf.Variable(0.0)
+    xs = [tf.constant(rank_input(rank, shape=s)) for s in shapes]
+
+    @tf.function
+    def reduce():
+        return hvd.grouped_allreduce([x + step for x in xs], op=hvd.Sum)
+
+    def expected(k: float) -> list[np.ndarray]:
+        return [np.sum(all_inputs(size, shape=s), 0) + size * k for s in shapes]
+
+    held = reduce()
+    for k in range(1, 6):
+        step.assign(float(k))
+        results = reduce()
+        for result, want in zip(results, expected(k)):
+            np.testing.assert_array_equal(result.numpy(), want)
+        del results, result
+    # The held results are intact, and the other calls took turns in one more set of buffers.
+    for result, want in zip(held, expected(0)):
+        np.testing.assert_array_equal(result.numpy(), want)
+    assert len(made) == 2 * len(shapes), made
+
+
 def test_collectives_in_a_function_run_in_program_order(rank, size):
     """Two independent collectives of different shapes: were they to run in another order
     on some rank, the ranks would disagree on shapes (MismatchError) or hang."""

@@ -16,6 +16,7 @@ from .._process_sets import global_process_set, ringlet_set, set_rank, set_size
 from .._state import state
 from ._graph import (
     InvalidArgumentError,
+    ResultBuffers,
     aligned_copy,
     checked_member,
     dense_tensor,
@@ -37,20 +38,21 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     allreduce is the allreduce of the gradient: same op, same factors)."""
 
     plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
+    results = ResultBuffers()
 
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
         if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
                 and not state.matching_by_name():
             # One tensor: the synchronous call, into an aligned result (no queue hand-off).
-            out = ringlet.aligned_empty(arrays[0].shape, arrays[0].dtype)
+            out = results.empty(0, arrays[0].shape, arrays[0].dtype)
             ringlet.allreduce(arrays[0], ringlet_op(None, op), out=out,
                               process_set=ringlet_set(process_set))
             return [out]
-        work = [aligned_copy(a) for a in arrays]
-        api.grouped_allreduce_(work, name=name, op=op, prescale_factor=prescale,
-                               postscale_factor=postscale, process_set=process_set,
-                               compression=compression)
-        return work
+        # Read where TensorFlow keeps them, reduced into this operation's own results.
+        outputs = [results.empty(i, a.shape, a.dtype) for i, a in enumerate(arrays)]
+        return api.grouped_allreduce_into(arrays, outputs, name=name, op=op,
+                                          prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=process_set, compression=compression)
 
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         return run_op(compute, xs, [x.dtype for x in xs], [x.shape for x in xs],

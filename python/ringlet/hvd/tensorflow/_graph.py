@@ -3,6 +3,8 @@ stateful graph operation (which TensorFlow runs in program order)."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +26,8 @@ except ImportError:  # pragma: no cover - TensorFlow moved its internals: be saf
 from .._backend import Backend, register_backend
 from .._process_sets import ringlet_set
 
-__all__ = ["InvalidArgumentError", "TensorFlowBackend", "aligned_copy", "check_device",
+__all__ = ["InvalidArgumentError", "ResultBuffers", "TensorFlowBackend", "aligned_copy",
+           "check_device",
            "checked_member", "dense_tensor", "host_array", "run_op", "to_tensor", "with_gradient"]
 
 
@@ -173,6 +176,41 @@ def _may_record(inputs: list[tf.Tensor]) -> bool:
     if not tf.executing_eagerly() or _tape_record is None:
         return True
     return bool(_tape_record.should_record_backprop(inputs))
+
+
+class ResultBuffers:
+    """The aligned arrays one graph operation returns, reused once TensorFlow has let go of
+    them, so that a training step does not page-fault fresh memory for its results.
+
+    TensorFlow keeps an aligned NumPy result as its tensor's memory and holds a reference to
+    the array until the tensor is freed: an array only this object refers to is free.
+    """
+
+    KEPT = 2
+    """Arrays kept per output: the one TensorFlow still holds from the last step, and one to
+    write (more are made as needed, but not kept)."""
+
+    def __init__(self) -> None:
+        self._kept: list[list[np.ndarray]] = []
+        self._lock = threading.Lock()
+
+    def empty(self, index: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An aligned array for output ``index``: a kept one nobody else holds, else new."""
+        with self._lock:
+            while len(self._kept) <= index:
+                self._kept.append([])
+            kept = self._kept[index]
+            for i in range(len(kept)):
+                # References: the list's and getrefcount's argument (no loop variable: it
+                # would add one, and enumerate's reused tuple another).
+                if sys.getrefcount(kept[i]) == 2:
+                    if kept[i].shape != shape or kept[i].dtype != dtype:
+                        kept[i] = ringlet.aligned_empty(shape, dtype)
+                    return kept[i]
+            array = ringlet.aligned_empty(shape, dtype)
+            if len(kept) < self.KEPT:
+                kept.append(array)
+            return array
 
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
