@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -101,7 +102,7 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
                   outputs: Sequence[np.ndarray | None] | None = None,
                   ) -> tuple[Any, Callable[[], list[np.ndarray]]]:
     """Start allreducing ``originals``: each in place where asked and possible, else from
-    where it is into ``outputs[i]`` if given, else into a new aligned array; returns the
+    where it is into ``outputs[i]`` if given, else into a new array; returns the
     handle and a function that, once it has finished, gives the results in the originals'
     dtypes. Queued to the core's thread, or, given when the operation was ``submitted``
     (``time.monotonic()``), run on this thread before it returns."""
@@ -111,7 +112,6 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     arrays = [a.astype(WIDER[a.dtype]) if a.dtype in WIDER else a for a in originals]
     scaled = float(prescale) != 1.0 or float(postscale) != 1.0
     integers = [scaled and a.dtype.kind in "iu" for a in arrays]
-    given = list(outputs) if outputs is not None else [None] * len(arrays)
     # Reduce the tensor's own memory when it can be, or read it where it is into a result
     # apart; otherwise a contiguous copy, in place. Scaled integers are scaled as Horovod
     # scales them: in float64, truncated back, before the sum (prescale) and after it
@@ -119,26 +119,28 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     # collective fails.
     sources: list[np.ndarray] = []
     results: list[np.ndarray] = []
+    apart = False
+    given = outputs if outputs is not None else repeat(None)
     for a, original, integer, place, out in zip(arrays, originals, integers, in_place, given):
         if integer:
             source = result = prescaled_integers(a, prescale)
         elif a is not original or (place and reducible_in_place(a)):
             source = result = a  # a widened copy is this call's own
-        elif readable_where_it_is(a):
-            source = a
-            result = out if out is not None else ringlet.aligned_empty(a.shape, a.dtype)
+        elif (out is not None or a.nbytes >= OUT_OF_PLACE_FROM) and readable_where_it_is(a):
+            source, result, apart = a, out if out is not None else np.empty_like(a), True
         else:
             source = result = np.array(a, order="C", copy=True)
         sources.append(source)
         results.append(result)
     floats = [w for w, integer in zip(sources, integers) if not integer]
-    into = [r for r, integer in zip(results, integers) if not integer]
     whole = [w for w, integer in zip(sources, integers) if integer]
-    apart = any(s is not r for s, r in zip(floats, into))
     # The core's own name for it (None: not compressed, which its fast path takes).
     wire = getattr(compression, "wire_dtype", compression)
-    calls = [(floats, op_name, {"compression": wire, "prescale": prescale,
-                                "postscale": postscale, "out": into if apart else None})]
+    options: dict[str, Any] = {"compression": wire, "prescale": prescale,
+                               "postscale": postscale}
+    if apart:
+        options["out"] = [r for r, integer in zip(results, integers) if not integer]
+    calls = [(floats, op_name, options)]
     if whole:
         calls.append((whole, "sum" if op_name == "avg" else op_name, {}))
     handle: Any
@@ -163,9 +165,15 @@ def reduce_arrays(originals: list[np.ndarray], in_place: list[bool], op_name: st
     return handle, finish
 
 
+OUT_OF_PLACE_FROM = 1 << 12
+"""Bytes from which a new result is reduced from the tensor where it is: below, a copy reduced
+in place costs less than the out-of-place call's bookkeeping (about a microsecond)."""
+
+
 def readable_where_it_is(array: np.ndarray) -> bool:
     """Whether the core can read ``array`` where it is (an out-of-place input)."""
-    return bool(array.flags.c_contiguous and array.flags.aligned and array.dtype.isnative)
+    flags = array.flags
+    return bool(flags.c_contiguous and flags.aligned and array.dtype.isnative)
 
 
 class Ran:

@@ -51,6 +51,22 @@ def test_average_is_the_default_and_truncates_integers(rank, size):
         hvd.allreduce(f, op=hvd.Adasum)
 
 
+@pytest.mark.parametrize("count", [3, 1000, 70_001])  # copied, and read where it is
+def test_a_new_result_leaves_a_read_only_tensor_and_shares_no_memory_with_it(
+        rank, size, count):
+    inputs = [exact_input(5, r, (count,), "float32", "sum") for r in range(size)]
+    mine = inputs[rank].copy()
+    mine.flags.writeable = False
+    fused = [mine, exact_input(6, rank, (count,), "int64", "sum")]
+    results = [hvd.allreduce(mine, op=hvd.Sum, name="one"),
+               hvd.grouped_allreduce(fused, op=hvd.Sum, name="two")[0],
+               hvd.synchronize(hvd.allreduce_async(mine, op=hvd.Sum, name="three"))]
+    for result in results:
+        assert result.tobytes() == reference(inputs, "sum").tobytes()
+        assert not np.shares_memory(result, mine)
+    assert np.array_equal(mine, inputs[rank])
+
+
 def test_in_place_async_grouped_and_scaled(rank, size):
     x = np.full(10, rank + 1.0)
     assert hvd.allreduce_(x, op=hvd.Sum) is x and np.all(x == size * (size + 1) / 2)
