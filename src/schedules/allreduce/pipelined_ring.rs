@@ -11,7 +11,8 @@
 
 use crate::schedules::common::blocks::Blocks;
 use crate::schedules::{
-    node_major, node_major_cost, Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning,
+    node_major, node_major_cost, Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tiered,
+    Tuning,
 };
 use crate::error::{CoreError, Result};
 use crate::kernels::Order;
@@ -51,6 +52,23 @@ fn cut<'p>(buf: &'p mut Parts, blocks: &Blocks, n: usize, segment: usize) -> Res
         .into_iter()
         .map(|count| carved.by_ref().take(count).map(Some).collect())
         .collect())
+}
+
+/// Bytes of segment `j` of block `b`, as [`cut`] cuts them.
+fn segment_range(blocks: &Blocks, b: usize, j: usize, segment: usize) -> std::ops::Range<usize> {
+    let block = blocks.block(b);
+    let start = (block.start + j * segment).min(block.end);
+    start..(start + segment).min(block.end)
+}
+
+/// Copy bytes `range` of `input` into `cell` (its pieces, as long in all).
+fn fill(cell: &mut PiecesMut<'_>, input: &Input, range: std::ops::Range<usize>) -> Result<()> {
+    let mut at = range.start;
+    for piece in cell.iter_mut() {
+        input.read_into(at..at + piece.len(), piece)?;
+        at += piece.len();
+    }
+    Ok(())
 }
 
 fn take<'p>(cells: &mut Cells<'p>, block: usize, segment: usize) -> Result<PiecesMut<'p>> {
@@ -107,27 +125,54 @@ impl Allreduce for PipelinedRing {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        let ordered = node_major(transport, tuning)?;
-        let transport: &dyn Transport = match &ordered {
-            Some(view) => view,
-            None => transport,
-        };
-        let n = transport.size();
-        let elem = reduction.elem_size();
-        let blocks = Blocks::new(buf.len() / elem, n, elem);
-        // Whole elements per segment, and never more than a block.
-        let wanted = tuning.segment_bytes.max(1);
-        let segment = (wanted / elem).max(1) * elem;
-        let segment = segment.min(blocks.max_len().max(elem));
-        reduce_scatter(transport, buf, &blocks, segment, reduction)?;
-        allgather(transport, buf, &blocks, segment)
+        pipelined_ring(transport, buf, None, reduction, tuning)
     }
+
+    /// Out of place, the first segments sent are read from the input, and each segment is
+    /// copied from the input into the result only when its partial sum arrives, just before it
+    /// is combined (as the ring does).
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &Input,
+        output: &mut Parts,
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
+        pipelined_ring(transport, output, Some(input), reduction, tuning)
+    }
+}
+
+/// The reduce-scatter and the allgather, segment by segment, node-major where ranks span
+/// nodes; this rank's vector is read from `input` where given (`buf` then starts unwritten).
+fn pipelined_ring(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&Input>,
+    reduction: &Reduction,
+    tuning: &Tuning,
+) -> Result<()> {
+    let ordered = node_major(transport, tuning)?;
+    let transport: &dyn Transport = match &ordered {
+        Some(view) => view,
+        None => transport,
+    };
+    let n = transport.size();
+    let elem = reduction.elem_size();
+    let blocks = Blocks::new(buf.len() / elem, n, elem);
+    // Whole elements per segment, and never more than a block.
+    let wanted = tuning.segment_bytes.max(1);
+    let segment = (wanted / elem).max(1) * elem;
+    let segment = segment.min(blocks.max_len().max(elem));
+    reduce_scatter(transport, buf, input, &blocks, segment, reduction)?;
+    allgather(transport, buf, &blocks, segment)
 }
 
 /// After this, rank r holds the full reduction of block r (scaled as in [`super::ring`]).
 fn reduce_scatter(
     transport: &dyn Transport,
     buf: &mut Parts,
+    input: Option<&Input>,
     blocks: &Blocks,
     segment: usize,
     reduction: &Reduction,
@@ -154,7 +199,11 @@ fn reduce_scatter(
     let mut posted = 0;
 
     for j in 0..cells[first].len() {
-        let cell = freeze(take(&mut cells, first, j)?);
+        let cell = match input {
+            // This rank's own block, not yet in the result (the allgather writes it).
+            Some(input) => input.get(segment_range(blocks, first, j, segment))?,
+            None => freeze(take(&mut cells, first, j)?),
+        };
         sending.push(transport.isend_pieces(&cell, right)?);
     }
     for next in 0..units.len() {
@@ -174,6 +223,10 @@ fn reduce_scatter(
         let (step, j) = units[unit];
         let arrived = request.wait_for_data()?;
         let mut cell = take(&mut cells, behind(step + 2), j)?;
+        if let Some(input) = input {
+            // This segment's first touch in the result: it starts as this rank's own.
+            fill(&mut cell, input, segment_range(blocks, behind(step + 2), j, segment))?;
+        }
         let scaling = reduction.scaling(true, step == 0, step + 2 == n);
         reduction.combine_into(&mut cell, arrived, Order::AccFirst, &scaling)?;
         free_slots.push(arrived);

@@ -9,7 +9,7 @@
 
 use crate::schedules::common::exchange::send_and_receive;
 use crate::schedules::common::fold::{largest_power_of_two, log2_floor, real_rank, Role};
-use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tuning};
 use crate::error::Result;
 use crate::kernels::Order;
 use crate::scratch::Scratch;
@@ -61,16 +61,40 @@ impl Allreduce for RecursiveDoubling {
         reduction: &Reduction,
         _tuning: &Tuning,
     ) -> Result<()> {
-        let elem = reduction.elem_size();
-        let len = buf.len();
-        let mut scratch = Scratch::new(len.min(SEGMENT_BYTES / elem * elem));
-        // Cut as the transport cuts its pieces: whole elements, at most SEGMENT_BYTES each.
-        for segment in message_pieces(len, SEGMENT_BYTES, elem) {
-            let incoming = scratch.bytes(segment.len())?;
-            reduce_segment(transport, buf, segment, incoming, reduction)?;
-        }
-        Ok(())
+        recursive_doubling(transport, buf, None, reduction)
     }
+
+    /// Out of place, a segment's first send reads the input, and the segment is copied from
+    /// the input into the result just before its first combine, while it is in cache.
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &Input,
+        output: &mut Parts,
+        reduction: &Reduction,
+        _tuning: &Tuning,
+    ) -> Result<()> {
+        recursive_doubling(transport, output, Some(input), reduction)
+    }
+}
+
+/// Every segment in turn; this rank's vector is read from `input` where given (`buf` then
+/// starts unwritten).
+fn recursive_doubling(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&Input>,
+    reduction: &Reduction,
+) -> Result<()> {
+    let elem = reduction.elem_size();
+    let len = buf.len();
+    let mut scratch = Scratch::new(len.min(SEGMENT_BYTES / elem * elem));
+    // Cut as the transport cuts its pieces: whole elements, at most SEGMENT_BYTES each.
+    for segment in message_pieces(len, SEGMENT_BYTES, elem) {
+        let incoming = scratch.bytes(segment.len())?;
+        reduce_segment(transport, buf, input, segment, incoming, reduction)?;
+    }
+    Ok(())
 }
 
 /// Scaling: a rank's own data is fresh until its first combine (the fold, or round 0); a
@@ -78,6 +102,7 @@ impl Allreduce for RecursiveDoubling {
 fn reduce_segment(
     transport: &dyn Transport,
     buf: &mut Parts,
+    input: Option<&Input>,
     segment: Range<usize>,
     incoming: &mut [u8],
     reduction: &Reduction,
@@ -87,7 +112,10 @@ fn reduce_segment(
     match Role::of(rank, n) {
         Role::Folded { partner } => {
             {
-                let outgoing = buf.get(segment.clone())?;
+                let outgoing = match input {
+                    Some(input) => input.get(segment.clone())?,
+                    None => buf.get(segment.clone())?,
+                };
                 transport.isend_pieces(&outgoing, partner)?.wait()?;
             }
             let target = buf.get_mut(segment)?;
@@ -98,6 +126,9 @@ fn reduce_segment(
                 let cuts = buf.cuts(segment.clone())?;
                 let destination = Destination::Cut { buf: &mut *incoming, cuts };
                 transport.irecv_to(destination, folded)?.wait()?;
+                if let Some(input) = input {
+                    buf.copy_from(segment.clone(), input)?; // its first touch in the result
+                }
                 // The folded rank is the lower one.
                 let scaling = reduction.scaling(true, true, false);
                 let mut target = buf.get_mut(segment.clone())?;
@@ -108,7 +139,17 @@ fn reduce_segment(
                 let partner_core = core_rank ^ (1 << round);
                 let partner = real_rank(partner_core, n);
                 let range = segment.clone();
-                send_and_receive(transport, buf, range.clone(), partner, incoming, range, partner)?;
+                match input {
+                    // The first exchange gives this rank's own segment, from the input.
+                    Some(input) if round == 0 && absorbs.is_none() => {
+                        let cuts = buf.cuts(range.clone())?;
+                        let destination = Destination::Cut { buf: &mut *incoming, cuts };
+                        let outgoing = input.get(range.clone())?;
+                        transport.sendrecv_pieces(&outgoing, partner, destination, partner)?;
+                        buf.copy_from(range, input)?;
+                    }
+                    _ => send_and_receive(transport, buf, range.clone(), partner, incoming, range, partner)?,
+                }
                 let order = if partner_core < core_rank {
                     Order::OtherFirst
                 } else {

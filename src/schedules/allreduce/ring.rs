@@ -142,8 +142,8 @@ pub fn reduce_scatter(
 }
 
 /// [`reduce_scatter`], reading this rank's vector from `input` (as long as `buf`, which then
-/// starts unwritten) where given.
-fn reduce_scatter_from(
+/// starts unwritten) where given: every block but the one sent first is written.
+pub(crate) fn reduce_scatter_from(
     transport: &dyn Transport,
     buf: &mut Parts,
     input: Option<&Input>,

@@ -18,7 +18,7 @@
 use crate::schedules::common::blocks::Blocks;
 use super::recursive_doubling::RecursiveDoubling;
 use super::ring::{self, Ring};
-use crate::schedules::{Algorithm, Allreduce, Cost, Parts, Reduction, Tiered, Tuning};
+use crate::schedules::{Algorithm, Allreduce, Cost, Input, Parts, Reduction, Tiered, Tuning};
 use crate::error::Result;
 use crate::kernels::convert;
 use crate::transport::view::View;
@@ -113,55 +113,82 @@ impl Allreduce for TwoTier {
         reduction: &Reduction,
         tuning: &Tuning,
     ) -> Result<()> {
-        let nodes = transport.nodes();
-        let rank = transport.rank();
-        let (shares, _) = nodes.per_node();
-        let node = View::new(transport, nodes.members(nodes.of(rank)).to_vec())?;
-        let mine = nodes.local_index(rank);
-        let blocks = share_blocks(buf.len(), reduction.elem_size(), shares, node.size());
+        two_tier(transport, buf, None, reduction, tuning)
+    }
 
-        // 1. The node's sum of each share, on its owner: inputs scaled, nothing finished yet.
-        let partial = Reduction {
-            op: reduction.op.combining(),
-            post: 1.0,
+    /// Out of place, the node's reduce-scatter reads the input (as the ring does).
+    fn run_from(
+        &self,
+        transport: &dyn Transport,
+        input: &Input,
+        output: &mut Parts,
+        reduction: &Reduction,
+        tuning: &Tuning,
+    ) -> Result<()> {
+        two_tier(transport, output, Some(input), reduction, tuning)
+    }
+}
+
+/// The three phases; this rank's vector is read from `input` where given (`buf` then starts
+/// unwritten).
+fn two_tier(
+    transport: &dyn Transport,
+    buf: &mut Parts,
+    input: Option<&Input>,
+    reduction: &Reduction,
+    tuning: &Tuning,
+) -> Result<()> {
+    let nodes = transport.nodes();
+    let rank = transport.rank();
+    let (shares, _) = nodes.per_node();
+    let node = View::new(transport, nodes.members(nodes.of(rank)).to_vec())?;
+    let mine = nodes.local_index(rank);
+    let blocks = share_blocks(buf.len(), reduction.elem_size(), shares, node.size());
+
+    // 1. The node's sum of each share, on its owner: inputs scaled, nothing finished yet.
+    let partial = Reduction {
+        op: reduction.op.combining(),
+        post: 1.0,
+        ..*reduction
+    };
+    ring::reduce_scatter_from(&node, buf, input, &blocks, &partial)?;
+    if let (1, Some(input)) = (node.size(), input) {
+        buf.copy_from(0..input.len(), input)?; // alone: nothing was read from the input
+    }
+    if node.size() == 1 && reduction.scaled && reduction.pre != 1.0 {
+        // Alone on its node, this rank's input was combined with nothing: scale it now, as
+        // the other nodes' rings did theirs, so that the nodes' shares agree on `pre`.
+        for part in buf.parts_mut() {
+            convert::scale(reduction.dtype, part, reduction.pre)?;
+        }
+    }
+
+    // 2. Share `mine` across the nodes, among the ranks with the same index on each.
+    if mine < shares {
+        let peers: Vec<usize> = (0..nodes.count())
+            .map(|n| nodes.members(n)[mine])
+            .collect();
+        let peers = View::new(transport, peers)?;
+        let share = blocks[mine].clone();
+        // Every node's share is scaled already.
+        let whole = Reduction {
+            pre: 1.0,
             ..*reduction
         };
-        ring::reduce_scatter(&node, buf, &blocks, &partial)?;
-        if node.size() == 1 && reduction.scaled && reduction.pre != 1.0 {
-            // Alone on its node, this rank's input was combined with nothing: scale it now, as
-            // the other nodes' rings did theirs, so that the nodes' shares agree on `pre`.
-            for part in buf.parts_mut() {
-                convert::scale(reduction.dtype, part, reduction.pre)?;
+        let mut pieces = Parts::new(buf.get_mut(share.clone())?);
+        let schedule = across(peers.size(), share.len(), tuning);
+        if peers.size() > 1 {
+            schedule.run(&peers, &mut pieces, &whole, tuning)?;
+        } else if let Some(finish) = whole.finish().filter(|_| whole.scaled) {
+            // One node: nothing to exchange, but the share still needs its finish.
+            for part in pieces.parts_mut() {
+                crate::kernels::finish(whole.dtype, part, finish)?;
             }
         }
-
-        // 2. Share `mine` across the nodes, among the ranks with the same index on each.
-        if mine < shares {
-            let peers: Vec<usize> = (0..nodes.count())
-                .map(|n| nodes.members(n)[mine])
-                .collect();
-            let peers = View::new(transport, peers)?;
-            let share = blocks[mine].clone();
-            // Every node's share is scaled already.
-            let whole = Reduction {
-                pre: 1.0,
-                ..*reduction
-            };
-            let mut pieces = Parts::new(buf.get_mut(share.clone())?);
-            let schedule = across(peers.size(), share.len(), tuning);
-            if peers.size() > 1 {
-                schedule.run(&peers, &mut pieces, &whole, tuning)?;
-            } else if let Some(finish) = whole.finish().filter(|_| whole.scaled) {
-                // One node: nothing to exchange, but the share still needs its finish.
-                for part in pieces.parts_mut() {
-                    crate::kernels::finish(whole.dtype, part, finish)?;
-                }
-            }
-        }
-
-        // 3. Every share to every rank of the node.
-        ring::allgather(&node, buf, &blocks)
     }
+
+    // 3. Every share to every rank of the node.
+    ring::allgather(&node, buf, &blocks)
 }
 
 #[cfg(test)]
