@@ -143,13 +143,11 @@ status() {
 # scheduler (a 1 MiB ring on 4 hosts x 2 ranks: 95 ms polling, 15 ms yielding). For the same
 # reason ranks are not bound unless asked (--bind-to): each host would bind its ranks to this
 # machine's first cores (4.1 put 2 hosts x 1 rank both on core 0; 5 refuses 3 ranks on a host).
-# TCP keepalive on the launcher's own connections (mpirun to each host's daemon), after 5 s idle,
-# 5 probes 2 s apart: mpirun learns that a host has become unreachable 10-15 s after it did,
-# and ends the job, naming it (and the host's daemon, if it is idle, ends itself and its
-# ranks). Open MPI's default (300 s, 9 probes 20 s apart) is 8 minutes, and once the job is
-# ending (a rank gave up: RINGLET_TIMEOUT) mpirun waits for the host until TCP gives up,
-# about 15 minutes: the timeout must be longer than this detection (README, "Failure
-# behaviour"). Probes go only on idle connections, 5 lost in a row to end a job.
+# TCP keepalive on the launcher's own connections (mpirun to each host's daemon), as ringletrun
+# gives it across hosts (KEEPALIVE_OPTIONS in python/ringlet/_launchers.py): mpirun learns that
+# a host has become unreachable 10-15 s after it did, and ends the job, naming it (and the
+# host's daemon, if it is idle, ends itself and its ranks); the ranks' RINGLET_TIMEOUT must be
+# longer than this detection (docs/guide/failures.md).
 # Written as Open MPI 4.x takes them; ringlet's launcher table (python/ringlet/_launchers.py)
 # spells them for the mpirun on PATH, 4.x (ORTE) or 5 (PRRTE: --prtemca, plm_ssh_agent, sm).
 mpirun_options() {
@@ -158,8 +156,8 @@ mpirun_options() {
     --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,vader,self --mca btl_tcp_if_include "$SUBNET.0/24" \
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca pml ob1 \
-    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 \
-    --mca oob_tcp_keepalive_probes 5 --mca hwloc_base_binding_policy none
+    --mca hwloc_base_binding_policy none \
+    && python3 "$REPO/python/ringlet/_launchers.py" keepalive "$(launcher)"
 }
 
 # The mpirun that `mpirun` runs: the first on PATH (a venv's, for PyPI's Open MPI 5).

@@ -47,6 +47,14 @@ _PRRTE_NAMES = {
 _PRRTE_FRAMEWORKS = ("errmgr", "ess", "filem", "grpcomm", "iof", "odls", "oob", "plm", "ras",
                      "rmaps", "rtc", "schizo", "state")
 
+KEEPALIVE_OPTIONS = ("--mca", "oob_tcp_keepalive_time", "5", "--mca", "oob_tcp_keepalive_intvl",
+                     "2", "--mca", "oob_tcp_keepalive_probes", "5")
+"""TCP keepalive on Open MPI's launcher's own connections (mpirun to each host's daemon), in
+4.x's spelling: after 5 s idle, 5 probes 2 s apart, so that mpirun learns a host has become
+unreachable 10-15 s after it did and ends the job, naming it. Open MPI's default (300 s, 9
+probes 20 s apart) is 8 minutes, and once the job is ending mpirun waits for a lost host until
+TCP gives up, about 15 minutes (docs/guide/failures.md). Probes go only on idle connections."""
+
 _OPEN_MPI_VERSION = re.compile(r"\((?:Open MPI|OpenRTE)\)\s+(\d+(?:\.\d+)*)")
 _HYDRA_VERSION = re.compile(r"Version:\s+(\S+)")
 
@@ -101,6 +109,11 @@ class LauncherKind:
         if self.prrte:
             return {"PRTE_MCA_hwloc_default_binding_policy": "none"}
         return {}
+
+    def keepalive_options(self) -> list[str]:
+        """``KEEPALIVE_OPTIONS`` as this launcher takes them; Hydra has no such options (its
+        proxies' connections are its own)."""
+        return self.spell(KEEPALIVE_OPTIONS) if self.flavor == "openmpi" else []
 
     @property
     def daemon(self) -> str:
@@ -251,10 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``_launchers.py spell LAUNCHER OPTION...`` prints the OPTIONs, written as Open MPI 4.x takes
     them, as LAUNCHER takes them (:meth:`LauncherKind.spell`), one per line;
-    ``_launchers.py daemon LAUNCHER`` prints the name of LAUNCHER's daemon on other hosts."""
+    ``_launchers.py daemon LAUNCHER`` prints the name of LAUNCHER's daemon on other hosts;
+    ``_launchers.py keepalive LAUNCHER`` prints ``KEEPALIVE_OPTIONS`` as LAUNCHER takes them."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] not in ("spell", "daemon"):
-        print("usage: _launchers.py spell LAUNCHER OPTION... | daemon LAUNCHER", file=sys.stderr)
+    if len(args) < 2 or args[0] not in ("spell", "daemon", "keepalive"):
+        print("usage: _launchers.py spell LAUNCHER OPTION... | daemon LAUNCHER | keepalive "
+              "LAUNCHER", file=sys.stderr)
         return 2
     command, launcher, options = args[0], args[1], args[2:]
     kind = probe(launcher)
@@ -263,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     try:
-        print("\n".join(kind.spell(options) if command == "spell" else [kind.daemon]))
+        words = {"spell": lambda: kind.spell(options), "daemon": lambda: [kind.daemon],
+                 "keepalive": kind.keepalive_options}[command]()
+        print("\n".join(words))
     except ValueError as error:
         print(f"_launchers.py: {error}", file=sys.stderr)
         return 1

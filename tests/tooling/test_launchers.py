@@ -139,6 +139,9 @@ def test_shell_tools_get_the_spelling_and_daemon_of_a_launcher(tmp_path):
     assert spelled.returncode == 0, spelled.stderr
     assert spelled.stdout.splitlines() == OPEN_MPI_5.spell(CLUSTER_OPTIONS)
     assert launchers_cli("daemon", str(launcher)).stdout == "prted\n"
+    keepalive = launchers_cli("keepalive", str(launcher)).stdout.split()
+    assert keepalive == OPEN_MPI_5.keepalive_options() and keepalive[0] == "--prtemca"
+    assert "oob_tcp_keepalive_probes" in keepalive
     launcher.write_text("#!/bin/sh\necho 'Intel(R) MPI Library'\n")
     refused = launchers_cli("spell", str(launcher), "--mca", "btl", "tcp")
     assert refused.returncode == 1 and "names neither Open MPI" in refused.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,9 @@ ENVIRONMENT = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/src", "LD_LIBRARY_PATH":
                "RINGLET_CHECK": "0", "BASH_FUNC_f%%": "() { :; }"}
 PLACEMENT = ["--map-by", "slot", "--bind-to", "none"]
 PLACEMENT_OVERSUBSCRIBED_5 = ["--map-by", "slot:OVERSUBSCRIBE", "--bind-to", "none"]
+KEEPALIVE_4 = ["--mca", "oob_tcp_keepalive_time", "5", "--mca", "oob_tcp_keepalive_intvl", "2",
+               "--mca", "oob_tcp_keepalive_probes", "5"]
+KEEPALIVE_5 = [("--prtemca" if word == "--mca" else word) for word in KEEPALIVE_4]
 EXPORTS = ["-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "PYTHONPATH", "-x", "RINGLET_CHECK"]
 # Taken before the fixture below replaces them: the real job runs in the test's environment.
 TEST_ENVIRONMENT = dict(os.environ)
@@ -105,7 +109,7 @@ def test_hydra_places_blocks_and_forwards_the_whole_environment(capsys, hydra):
 @pytest.mark.parametrize("option", ["-H", "--hosts"])
 def test_hosts_give_slots_and_the_default_np(capsys, openmpi, hydra, option):
     command = dry_run(capsys, openmpi, option, "a:2,b:2", "python", "train.py")
-    assert command == [openmpi, "-np", "4", "-H", "a:2,b:2", *PLACEMENT, *EXPORTS,
+    assert command == [openmpi, "-np", "4", "-H", "a:2,b:2", *PLACEMENT, *KEEPALIVE_4, *EXPORTS,
                        "python", "train.py"]
     command = dry_run(capsys, hydra, option, "a:2, b", "-np", "3", "python", "train.py")
     assert command == [hydra, "-np", "3", "-hosts", "a:2,b:1", "-genvall", "python", "train.py"]
@@ -278,6 +282,39 @@ def test_a_horovod_script_runs_unchanged_but_for_its_import():
 
 
 # --- Open MPI 5 (PRRTE) ----------------------------------------------------------------------
+
+
+def test_across_hosts_open_mpi_finds_a_lost_host_by_tcp_keepalive(capsys, tmp_path, monkeypatch,
+                                                                    openmpi, openmpi5, hydra):
+    """mpirun learns within seconds that a host has gone, and ends the job (docs/guide/
+    failures.md), in 4.x's and 5's spellings; not on one host, where there is no link to lose."""
+    here = socket.gethostname()
+
+    def keepalive(launcher: str, *argv: str) -> list[str]:
+        """The keepalive options of the command (each name with its flag and value)."""
+        command = dry_run(capsys, launcher, *argv, "python", "t.py")
+        at = [i for i, word in enumerate(command) if "keepalive" in word]
+        return [word for i in at for word in command[i - 1:i + 2]]
+
+    assert keepalive(openmpi, "-H", "a:2,b:2") == KEEPALIVE_4
+    assert keepalive(openmpi5, "-H", "a:2,b:2") == KEEPALIVE_5
+    assert keepalive(openmpi, "-H", f"{here}:1,node7:1") == KEEPALIVE_4  # one remote host
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
+    assert keepalive(openmpi5, "--hostfile", str(hostfile)) == KEEPALIVE_5
+    # One host: this one, by any of its names, or none given.
+    for hosts in ("localhost:2", f"{here}:2", f"{here}:1,localhost:1"):
+        assert keepalive(openmpi, "-H", hosts) == []
+    assert keepalive(openmpi, "-np", "2") == []
+    # Hydra has no such options; the user's own settings win.
+    assert "keepalive" not in " ".join(dry_run(capsys, hydra, "-H", "a,b", "python", "t.py"))
+    mine = "--mca oob_tcp_keepalive_time 30"
+    assert keepalive(openmpi, "-H", "a,b", "--mpi-args", mine) == shlex.split(mine)
+    # A Slurm allocation of several nodes, where mpirun places ranks without -H.
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    assert keepalive(openmpi5, "-np", "4") == KEEPALIVE_5
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    assert keepalive(openmpi5, "-np", "4") == []
 
 
 def test_open_mpi_5_oversubscribes_with_a_mapping_modifier(capsys, openmpi5):
