@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +61,7 @@ class Job:
     seconds: float = 120.0
     elements: int = 1 << 18
     iterations: int | None = None  # exactly this many allreduces, instead of ``seconds``
+    ringletrun: bool = False  # started by ringletrun (on host 0), not the cluster's mpirun line
     process: subprocess.Popen | None = None
     started: float = 0.0
     pids: dict[int, int] = field(default_factory=dict)
@@ -67,12 +70,18 @@ class Job:
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.output = open(self.logs / "mpirun.out", "w")  # closed in end_leftovers
+        program = [sys.executable, str(JOB), str(self.logs), str(self.seconds),
+                   str(self.elements),
+                   *([str(self.iterations)] if self.iterations is not None else [])]
+        launch = [str(CLUSTER), "mpirun", "-n", str(HOSTS), "--map-by", "node"]
+        if self.ringletrun:
+            launch = [str(CLUSTER), "on", "0", sys.executable, "-m", "ringlet.run",
+                      "--mpi-launcher", shutil.which("mpirun") or "mpirun", "-H",
+                      ",".join(f"10.77.0.{10 + h}:1" for h in range(HOSTS)),
+                      "--mpi-args", shlex.join(network_options())]
         self.process = subprocess.Popen(
-            [str(CLUSTER), "mpirun", "-n", str(HOSTS), "--map-by", "node", sys.executable,
-             str(JOB), str(self.logs), str(self.seconds), str(self.elements),
-             *([str(self.iterations)] if self.iterations is not None else [])],
-            cwd=ROOT, env={**os.environ, **self.env}, stdout=self.output,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            [*launch, *program], cwd=ROOT, env={**os.environ, **self.env},
+            stdout=self.output, stderr=subprocess.STDOUT, start_new_session=True)
         self.started = time.monotonic()
 
     def log(self, rank: int) -> str:
@@ -148,6 +157,24 @@ class Job:
         return f"{logs}\n--- mpirun:\n{self.mpirun_output()[-3000:]}"
 
 
+def network_options() -> list[str]:
+    """The emulated cluster's mpirun options (its network, its ssh agent) without the hostfile
+    and the TCP keepalive, which a ringletrun job must get from ringletrun."""
+    words = run(str(CLUSTER), "options").split()
+    kept: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i] == "--hostfile":
+            i += 2
+        elif i + 1 < len(words) and "keepalive" in words[i + 1]:
+            i += 3
+        else:
+            kept.append(words[i])
+            i += 1
+    assert "keepalive" not in " ".join(kept) and kept, words
+    return kept
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -202,15 +229,19 @@ TIMEOUT = 30  # RINGLET_TIMEOUT in the link test: longer than mpirun's detection
 ABORT_GRACE = 3  # src/transport/mpi.rs: a rank whose MPI_Abort has not returned ends itself
 
 
-def test_a_host_cut_off_mid_allreduce_ends_the_job(job):
-    """Host 3's link goes down mid-loop. Rank 0 soon names rank 3 as the one that has not
+@pytest.mark.parametrize("ringletrun", [False, True], ids=["mpirun", "ringletrun"])
+def test_a_host_cut_off_mid_allreduce_ends_the_job(job, ringletrun):
+    """Host 3's link goes down mid-loop, under the cluster's mpirun line or a job started by
+    ringletrun (which must give mpirun the keepalive itself: without it such a job ran on until
+    killed, 141 s later). Rank 0 soon names rank 3 as the one that has not
     joined; mpirun learns the host is gone (TCP keepalive on its connections, 10-15 s:
     tools/emulated_cluster.sh's options) and ends the job, non-zero, within 60 s of the cut,
     naming the host. The cut-off rank, which mpirun cannot reach, is ended by its own daemon
     (keepalive too) or gives up after RINGLET_TIMEOUT and ends itself when its MPI_Abort cannot
     (the abort's grace). No rank is left running; the cut-off host's daemon may be (the
     launcher's or scheduler's to clean, docs/guide/failures.md), and the test ends it."""
-    fault = job(env={"RINGLET_TIMEOUT": str(TIMEOUT), "RINGLET_STALL_WARNING": "2"})
+    fault = job(env={"RINGLET_TIMEOUT": str(TIMEOUT), "RINGLET_STALL_WARNING": "2"},
+                ringletrun=ringletrun)
     fault.start()
     fault.wait_ready()
     time.sleep(2)
