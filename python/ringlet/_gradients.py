@@ -227,7 +227,30 @@ def _check_results(arrays: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> l
             raise ValueError(f"out[{i}] overlaps an array to reduce in memory; it must be the "
                              "array itself (in place) or a separate buffer")
         names.append(name)
+    if len(set(names)) > 1:
+        # Each dtype is its own collective, which checks its own arrays: across them, here.
+        _check_apart(arrays, out)
     return names
+
+
+def _check_apart(arrays: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> None:
+    """No result shares bytes with another result or with another entry's array (each is
+    C-contiguous: one byte range; an array and its own result were compared already)."""
+    spans = sorted([(r.__array_interface__["data"][0], r.nbytes, "out", i)
+                    for i, r in enumerate(out) if r.nbytes] +
+                   [(a.__array_interface__["data"][0], a.nbytes, "array", i)
+                    for i, (a, r) in enumerate(zip(arrays, out)) if a.nbytes and a is not r])
+    # Sweeping by start: what the furthest-reaching result, and span of any kind, cover.
+    out_reach, any_reach = (0, None), (0, None)
+    for start, nbytes, kind, i in spans:
+        other = any_reach if kind == "out" else out_reach
+        if start < other[0]:
+            raise ValueError(f"{kind}[{i}] overlaps {other[1]} in memory: every result must be "
+                             "a separate buffer, apart from every array")
+        end = (start + nbytes, f"{kind}[{i}]")
+        any_reach = max(any_reach, end, key=lambda reach: reach[0])
+        if kind == "out":
+            out_reach = max(out_reach, end, key=lambda reach: reach[0])
 
 
 def _group_calls(

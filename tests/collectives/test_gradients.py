@@ -443,4 +443,10 @@ def test_a_bad_out_is_refused_on_every_rank_and_leaves_everything_unchanged(rank
     with pytest.raises(ValueError, match="overlap"):
         ringlet.average_gradients(arrays, out=[buffer[:10], buffer[6:10]])
     assert not buffer.any()
+    # Across dtypes (one collective each): a float result over the int array to reduce.
+    ints = np.arange(8, dtype=np.int32) + rank
+    with pytest.raises(ValueError, match="overlaps"):
+        ringlet.average_gradients([np.ones(8, np.float32), ints],
+                                  out=[ints.view(np.float32), np.zeros(8, np.int32)])
+    assert np.array_equal(ints, np.arange(8, dtype=np.int32) + rank)
     assert ringlet.allreduce(np.ones(3), "sum")[0] == size  # the ranks are still in step
