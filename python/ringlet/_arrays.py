@@ -45,16 +45,22 @@ def as_array(x: Any, what: str) -> np.ndarray:
     return np.asarray(x)
 
 
-def why_not_in_place(array: np.ndarray) -> str | None:
+def why_not_readable(array: np.ndarray) -> str | None:
+    """Why the core cannot read ``array`` where it is (None: it can)."""
     if not array.flags.c_contiguous:
         return f"it is not C-contiguous (strides {array.strides} for shape {array.shape})"
-    if not array.flags.writeable:
-        return "it is read-only"
     if not array.flags.aligned:
         return "its data is not aligned to its element size"
     if not array.dtype.isnative:
         return f"its byte order ({array.dtype.str}) is not the machine's"
     return None
+
+
+def why_not_in_place(array: np.ndarray) -> str | None:
+    """Why the core cannot reduce ``array`` where it is (None: it can)."""
+    if array.flags.c_contiguous and not array.flags.writeable:
+        return "it is read-only"
+    return why_not_readable(array)
 
 
 def same_memory(a: np.ndarray, b: np.ndarray) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _core, calibration
 from ._allreduce import allreduce, prepare
-from ._arrays import refused_together, why_not_in_place
+from ._arrays import refused_together, why_not_in_place, why_not_readable
 from ._collectives import Handle, broadcast_object, check_algorithm
 from ._dtypes import FLOAT_DTYPES, SIXTEEN_BIT_FLOATS, check_op, dtype_name
 from ._membership import ProcessSet, place
@@ -219,10 +219,11 @@ def _check_results(arrays: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> l
             raise ValueError(f"out[{i}] is a {result.shape} {result.dtype} array, but the array "
                              f"it receives is {array.shape} {array.dtype}: a result must have "
                              "its array's shape and dtype")
-        if not (array.flags.c_contiguous and array.flags.aligned and array.dtype.isnative):
+        reason = why_not_readable(array)
+        if reason is not None:
             raise ValueError("an out-of-place grouped allreduce reads C-contiguous, aligned "
                              "arrays in native byte order (read-only ones too), but array "
-                             f"{i} is not: {why_not_in_place(array)}")
+                             f"{i} is not: {reason}")
         if np.may_share_memory(array, result):
             raise ValueError(f"out[{i}] overlaps an array to reduce in memory; it must be the "
                              "array itself (in place) or a separate buffer")
@@ -269,7 +270,8 @@ def _group_calls(
         if out is None:
             names = [_check_in_place(a, "a grouped allreduce") for a in arrays]
         else:
-            names = _check_results(arrays, out := list(out))
+            out = list(out)
+            names = _check_results(arrays, out)
         threshold = fusion_threshold_bytes(fusion_threshold)
         wires = {name: wire_dtype(name, compression) for name in names}
         for wire in wires.values():

@@ -58,18 +58,56 @@ impl Buffer {
     }
 }
 
-/// `Err` if two buffers share bytes: reducing them in place would race.
-pub fn check_disjoint(buffers: &[Buffer]) -> Result<()> {
-    let mut spans: smallvec::SmallVec<[(usize, usize); 16]> = buffers
+/// `Err` if two `results` share bytes (reducing them would race), or a result shares bytes with
+/// one of the `inputs` (it would be written while it is read); inputs may share bytes with each
+/// other, since they are only read. One sort and one sweep, however many buffers.
+pub fn check_apart(results: &[Buffer], inputs: &[Buffer]) -> Result<()> {
+    let span = |b: &Buffer, is_result: bool| (b.address, b.address + b.len, is_result);
+    let mut spans: smallvec::SmallVec<[(usize, usize, bool); 16]> = results
         .iter()
-        .filter(|b| b.len > 0)
-        .map(|b| (b.address, b.address + b.len))
+        .map(|b| span(b, true))
+        .chain(inputs.iter().map(|b| span(b, false)))
+        .filter(|(start, end, _)| end > start)
         .collect();
     spans.sort_unstable();
-    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
-        return Err(CoreError::InvalidArgument(
-            "the arrays overlap in memory; each must be a separate buffer".into(),
-        ));
+    // How far the results seen so far reach, and how far any buffer does.
+    let (mut results_end, mut any_end) = (0, 0);
+    for (start, end, is_result) in spans {
+        if is_result && start < results_end {
+            return Err(CoreError::InvalidArgument(
+                "the arrays overlap in memory; each must be a separate buffer".into(),
+            ));
+        }
+        if start < if is_result { any_end } else { results_end } {
+            return Err(CoreError::InvalidArgument(
+                "an input overlaps a result in memory; out of place, each result must be a \
+                 separate buffer"
+                    .into(),
+            ));
+        }
+        any_end = any_end.max(end);
+        if is_result {
+            results_end = results_end.max(end);
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_must_be_apart_from_each_other_and_from_inputs_but_inputs_may_share() {
+        let memory = [0u8; 64];
+        let at = |range: std::ops::Range<usize>| Buffer::of_readable(&memory[range]);
+        assert!(check_apart(&[at(0..8), at(8..16)], &[at(16..40), at(20..30)]).is_ok());
+        assert!(check_apart(&[at(0..8), at(4..6)], &[]).is_err());
+        // An input nested under a longer input still meets the result it overlaps.
+        assert!(check_apart(&[at(0..10)], &[at(5..60), at(6..7)]).is_err());
+        assert!(check_apart(&[at(20..30)], &[at(0..60)]).is_err());
+        assert!(check_apart(&[at(10..20), at(30..40)], &[at(0..5), at(40..64)]).is_ok());
+        // Empty buffers overlap nothing.
+        assert!(check_apart(&[at(3..3), at(0..8)], &[at(4..4)]).is_ok());
+    }
 }

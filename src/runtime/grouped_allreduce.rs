@@ -14,7 +14,7 @@
 //!   passes the mean array size below which a copy pays, from its cost model).
 
 use super::allreduce::{begin, choose_on, refine, settled, Chosen};
-use super::buffer::{check_disjoint, Buffer};
+use super::buffer::{check_apart, Buffer};
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::process::{self, SetId};
@@ -163,8 +163,7 @@ impl Targets {
         }
     }
 
-    /// Results apart (no two share bytes) and none sharing bytes with an input (inputs may
-    /// overlap each other: they are only read).
+    /// One input per result, if any, and the buffers apart ([`check_apart`]).
     fn check(&self) -> Result<()> {
         if !self.inputs.is_empty() && self.inputs.len() != self.results.len() {
             return Err(CoreError::InvalidArgument(format!(
@@ -173,20 +172,8 @@ impl Targets {
                 self.results.len()
             )));
         }
-        let mut written: SmallVec<[Buffer; 16]> = self.results.iter().copied().collect();
-        check_disjoint(&written)?;
-        for input in self.inputs.iter().flatten() {
-            written.push(*input);
-            check_disjoint(&written).map_err(|_| {
-                CoreError::InvalidArgument(
-                    "an input overlaps a result in memory; out of place, each result must be a \
-                     separate buffer"
-                        .into(),
-                )
-            })?;
-            written.pop();
-        }
-        Ok(())
+        let inputs: SmallVec<[Buffer; 16]> = self.inputs.iter().flatten().copied().collect();
+        check_apart(&self.results, &inputs)
     }
 }
 

@@ -26,13 +26,7 @@ pub struct Parts<'a> {
 impl<'a> Parts<'a> {
     pub fn new(parts: impl IntoIterator<Item = &'a mut [u8]>) -> Self {
         let parts: SmallVec<[&'a mut [u8]; INLINE_PARTS]> = parts.into_iter().collect();
-        let mut starts = SmallVec::with_capacity(parts.len() + 1);
-        let mut offset = 0;
-        starts.push(0);
-        for part in &parts {
-            offset += part.len();
-            starts.push(offset);
-        }
+        let starts = starts_of(parts.iter().map(|p| p.len()));
         Parts { parts, starts }
     }
 
@@ -89,14 +83,7 @@ impl<'a> Parts<'a> {
 
     /// Copy bytes `range` of the vector into `out` (exactly as long).
     pub fn read_into(&self, range: Range<usize>, out: &mut [u8]) -> Result<()> {
-        check_length(&range, out.len())?;
-        let mut written = 0;
-        for (part, within) in spans(&self.starts, range)? {
-            let piece = &self.parts[part][within];
-            out[written..written + piece.len()].copy_from_slice(piece);
-            written += piece.len();
-        }
-        Ok(())
+        read_spans(&self.parts, &self.starts, range, out)
     }
 
     /// Copy `data` into bytes `range` of the vector (exactly as long).
@@ -195,13 +182,7 @@ pub struct Input<'a> {
 impl<'a> Input<'a> {
     pub fn new(parts: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let parts: SmallVec<[&'a [u8]; INLINE_PARTS]> = parts.into_iter().collect();
-        let mut starts = SmallVec::with_capacity(parts.len() + 1);
-        starts.push(0);
-        let mut offset = 0;
-        for part in &parts {
-            offset += part.len();
-            starts.push(offset);
-        }
+        let starts = starts_of(parts.iter().map(|p| p.len()));
         Input { parts, starts }
     }
 
@@ -238,14 +219,7 @@ impl<'a> Input<'a> {
 
     /// Copy bytes `range` of the vector into `out` (exactly as long).
     pub fn read_into(&self, range: Range<usize>, out: &mut [u8]) -> Result<()> {
-        check_length(&range, out.len())?;
-        let mut written = 0;
-        for (part, within) in spans(&self.starts, range)? {
-            let piece = &self.parts[part][within];
-            out[written..written + piece.len()].copy_from_slice(piece);
-            written += piece.len();
-        }
-        Ok(())
+        read_spans(&self.parts, &self.starts, range, out)
     }
 
     /// `range`'s pieces, to send (an empty range is one empty piece, as [`Parts::get`]).
@@ -269,6 +243,37 @@ impl Parts<'_> {
         }
         Ok(())
     }
+}
+
+/// Where each part of these `lengths` begins in their concatenation; the last entry is the
+/// length.
+fn starts_of(lengths: impl ExactSizeIterator<Item = usize>) -> SmallVec<[usize; INLINE_PARTS + 1]> {
+    let mut starts = SmallVec::with_capacity(lengths.len() + 1);
+    let mut offset = 0;
+    starts.push(0);
+    for len in lengths {
+        offset += len;
+        starts.push(offset);
+    }
+    starts
+}
+
+/// Copy bytes `range` of the concatenation of `parts` (beginning at `starts`) into `out`
+/// (exactly as long): [`Parts`] and [`Input`] alike.
+fn read_spans<P: AsRef<[u8]>>(
+    parts: &[P],
+    starts: &[usize],
+    range: Range<usize>,
+    out: &mut [u8],
+) -> Result<()> {
+    check_length(&range, out.len())?;
+    let mut written = 0;
+    for (part, within) in spans(starts, range)? {
+        let piece = &parts[part].as_ref()[within];
+        out[written..written + piece.len()].copy_from_slice(piece);
+        written += piece.len();
+    }
+    Ok(())
 }
 
 /// Each part's (index, range within it) that `range` of the concatenation covers, in order,

@@ -27,8 +27,8 @@ from .._backend import Backend, register_backend
 from .._process_sets import ringlet_set
 
 __all__ = ["InvalidArgumentError", "ResultBuffers", "TensorFlowBackend", "aligned_copy",
-           "check_device",
-           "checked_member", "dense_tensor", "host_array", "run_op", "to_tensor", "with_gradient"]
+           "check_device", "checked_member", "dense_tensor", "host_array", "run_op",
+           "to_tensor", "with_gradient"]
 
 
 def host_array(tensor: Any) -> np.ndarray:
