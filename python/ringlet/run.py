@@ -22,6 +22,8 @@ from pathlib import Path
 
 from . import _launchers, _mpi_abi
 from ._launchers import FoundLauncher, LauncherKind
+from .elastic import _driver as _elastic_driver
+from .elastic import _hosts as _elastic_hosts
 
 __all__ = [
     "FoundLauncher",
@@ -30,6 +32,7 @@ __all__ = [
     "build_command",
     "default_launcher",
     "detect_kind",
+    "elastic_settings",
     "main",
     "parse_hosts",
     "read_hostfile",
@@ -44,7 +47,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _ROOT_VARIABLES = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
-# horovodrun's options that configure Horovod's own runtime, elastic mode, ssh or its launcher:
+# horovodrun's options that configure Horovod's own runtime, ssh or its launcher:
 # nothing in mpirun or ringlet does what they ask, so running anyway would quietly differ.
 _REFUSED = (
     ("-cb", "--check-build"), ("--network-interface",), ("--network-interfaces",),
@@ -54,9 +57,7 @@ _REFUSED = (
     ("--hierarchical-allgather",), ("--no-hierarchical-allgather",), ("--autotune",),
     ("--autotune-log-file",), ("--autotune-warmup-samples",), ("--autotune-steps-per-sample",),
     ("--autotune-bayes-opt-max-samples",), ("--autotune-gaussian-process-noise",),
-    ("--min-np", "--min-num-proc"), ("--max-np", "--max-num-proc"), ("--slots-per-host",),
-    ("--elastic-timeout",), ("--reset-limit",), ("--blacklist-cooldown-range",),
-    ("--host-discovery-script",), ("--timeline-mark-cycles",), ("--no-stall-check",),
+    ("--timeline-mark-cycles",), ("--no-stall-check",),
     ("--stall-check-warning-time-seconds",), ("--stall-check-shutdown-time-seconds",),
     ("--mpi-threads-disable",), ("--tcp",), ("--binding-args",), ("--num-nccl-streams",),
     ("--thread-affinity",), ("--gloo-timeout-seconds",), ("--log-level",),
@@ -94,6 +95,18 @@ does), MPICH's Hydra -genvall. A hostfile has lines 'host slots=N' or
 slot:OVERSUBSCRIBE) only when -np exceeds the slots given or, without hosts,
 this host's cores; and --allow-run-as-root when run as root without
 OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1.
+
+Elastic training (--min-np, --max-np or --host-discovery-script): ringletrun
+stays as the driver and runs the job as one mpirun job after another, each on
+the hosts available then (the discovery script's lines 'host' or 'host:slots',
+-H, the hostfile, or the Slurm allocation's), as horovodrun's elastic mode
+does. A job that loses a rank or a host is restarted on the hosts left, from
+the last state rank 0 committed; a host whose ranks failed is left out
+(blacklisted: for good, or for --blacklist-cooldown-range LOW HIGH seconds,
+growing exponentially); new hosts join at the next commit. It ends with an
+error when fewer than --min-np slots are available for --elastic-timeout
+seconds (HOROVOD_ELASTIC_TIMEOUT, RINGLET_ELASTIC_TIMEOUT; default 600), or
+after --reset-limit restarts.
 
 --fusion-threshold-mb N sets RINGLET_FUSION_THRESHOLD (N MiB, in bytes) for
 the job, --timeline-filename F sets RINGLET_TIMELINE=F. --start-timeout and
@@ -169,6 +182,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeline-filename", metavar="FILE",
                         help="RINGLET_TIMELINE for the job")
     parser.add_argument("--mpi", action="store_true", help="accepted: ringlet runs on MPI")
+    elastic = parser.add_argument_group("elastic training (ringletrun stays as the driver)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=_at_least(1),
+                         help="fewest ranks to train with (default: -np)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=_at_least(1),
+                         help="most ranks to start (default: no limit)")
+    elastic.add_argument("--slots-per-host", "--slots", dest="slots_per_host",
+                         type=_at_least(1), help="slots of a discovered host that names none "
+                         "(default 1)")
+    elastic.add_argument("--elastic-timeout", type=_at_least(0), metavar="SECONDS",
+                         help="how long to wait for --min-np slots (default: "
+                              "HOROVOD_ELASTIC_TIMEOUT or RINGLET_ELASTIC_TIMEOUT, else 600)")
+    elastic.add_argument("--reset-limit", type=_at_least(0),
+                         help="most restarts of the job (default: no limit)")
+    elastic.add_argument("--blacklist-cooldown-range", nargs=2, type=_at_least(1),
+                         metavar=("LOW", "HIGH"), help="seconds a failed host stays out, "
+                         "doubling each time (default: for good)")
+    hosts.add_argument("--host-discovery-script", metavar="SCRIPT",
+                       help="executable printing the available hosts, one 'host' or "
+                            "'host:slots' per line")
     parser.add_argument("--start-timeout", action=_Ignored, help=argparse.SUPPRESS)
     parser.add_argument("--disable-cache", action=_Ignored, nargs=0, help=argparse.SUPPRESS)
     parser.add_argument("--gloo", action=_Refused, reason="ringlet runs on MPI only")
@@ -327,6 +359,88 @@ def build_command(args: argparse.Namespace, launcher: str, kind: LauncherKind,
     return [*command, *mpi_args, *program]
 
 
+def _is_elastic(args: argparse.Namespace) -> bool:
+    return (args.host_discovery_script is not None or args.min_np is not None
+            or args.max_np is not None)
+
+
+def _elastic_timeout(args: argparse.Namespace, environ: Mapping[str, str]) -> float:
+    if args.elastic_timeout is not None:
+        return float(args.elastic_timeout)
+    for name in ("RINGLET_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"):
+        text = environ.get(name)
+        if text:
+            try:
+                return float(text)
+            except ValueError:
+                raise RunError(f"{name}={text!r} is not a number of seconds") from None
+    return _elastic_driver.DEFAULT_TIMEOUT
+
+
+def elastic_settings(args: argparse.Namespace,
+                     environ: Mapping[str, str]) -> _elastic_driver.ElasticSettings:
+    """The elastic driver's settings for ringletrun's arguments; RunError if they conflict."""
+    slots = args.slots_per_host or 1
+    discovery: _elastic_hosts.ScriptDiscovery | _elastic_hosts.FixedHosts
+    if args.host_discovery_script is not None:
+        discovery = _elastic_hosts.ScriptDiscovery(args.host_discovery_script, slots)
+    elif args.hosts is not None:
+        discovery = _elastic_hosts.FixedHosts(dict(parse_hosts(args.hosts)), "-H")
+    elif args.hostfile is not None:
+        discovery = _elastic_hosts.FixedHosts(dict(read_hostfile(args.hostfile)[0]),
+                                              args.hostfile)
+    else:
+        try:
+            allocation = _elastic_hosts.slurm_hosts(environ)
+        except _elastic_hosts.DiscoveryError as error:
+            raise RunError(str(error)) from None
+        if allocation is None:
+            raise RunError("elastic training needs hosts: --host-discovery-script SCRIPT, "
+                           "-H host1:2,host2:2, --hostfile FILE, or a Slurm allocation")
+        discovery = _elastic_hosts.FixedHosts(allocation, "the Slurm allocation")
+    np = args.np if args.np is not None else args.min_np
+    if np is None:
+        raise RunError("-np is needed: the number of ranks to start with (-np N), or "
+                       "--min-np N")
+    try:
+        return _elastic_driver.ElasticSettings(
+            discovery=discovery, np=np, min_np=args.min_np or np,
+            max_np=args.max_np or max(np, 1 << 20), timeout=_elastic_timeout(args, environ),
+            reset_limit=args.reset_limit,
+            cooldown=(None if args.blacklist_cooldown_range is None
+                      else tuple(args.blacklist_cooldown_range)),
+            verbose=args.verbose)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+
+
+def _run_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace, launcher: str,
+                 kind: LauncherKind) -> int:
+    try:
+        settings = elastic_settings(args, os.environ)
+    except RunError as error:
+        parser.error(str(error))
+
+    def command_for(slots: list[_elastic_hosts.Slot], environ: dict[str, str]) -> list[str]:
+        counts: dict[str, int] = {}
+        for slot in slots:
+            counts[slot.host] = counts.get(slot.host, 0) + 1
+        job = argparse.Namespace(**{**vars(args), "np": len(slots), "hostfile": None,
+                                    "hosts": ",".join(f"{h}:{n}" for h, n in counts.items())})
+        return build_command(job, launcher, kind, environ)
+
+    if args.dry_run:
+        hosts = settings.discovery.find()
+        slots = _elastic_hosts.assign(hosts, [], settings.max_np)[: settings.np]
+        print(shlex.join(command_for(slots, dict(os.environ))))
+        return 0
+    try:
+        return _elastic_driver.run(settings, command_for)
+    except (_elastic_driver.ElasticError, _elastic_hosts.DiscoveryError) as error:
+        print(f"ringletrun: error: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """ringletrun's entry point: exec the launcher's command, or print it with --dry-run."""
     parser = _parser()
@@ -336,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
              if args.mpi_launcher is not None else default_launcher())
     try:
         kind = found.kind if found.kind is not None else detect_kind(found.launcher)
+        if _is_elastic(args):
+            return _run_elastic(parser, args, found.launcher, kind)
         command = build_command(args, found.launcher, kind, os.environ)
     except RunError as error:
         parser.error(str(error))

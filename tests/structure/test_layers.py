@@ -104,8 +104,9 @@ def test_the_wrappers_use_only_the_public_api():
         own = name.split(".")[:2]
         for imported in imports_of(path, modules):
             # ringlet.run (ringletrun's launcher detection) touches no core either.
-            # ringlet.jax is the public API for JAX arrays (ringlet.hvd.keras's JAX backend).
-            assert imported in ("ringlet", "ringlet.run", "ringlet.jax") or \
+            # ringlet.jax is the public API for JAX arrays (ringlet.hvd.keras's JAX backend),
+            # ringlet.elastic the public elastic API (ringlet.hvd.elastic's).
+            assert imported in ("ringlet", "ringlet.run", "ringlet.jax", "ringlet.elastic") or \
                 imported.split(".")[:2] == own, (
                 f"{name} imports {imported}, which is not ringlet's public API"
             )

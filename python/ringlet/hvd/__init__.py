@@ -9,6 +9,8 @@ Every function of ``horovod.torch`` is here with the same name, argument order a
 
 from __future__ import annotations
 
+from ringlet.elastic import HostsUpdatedInterrupt
+
 from ._api import api as _horovod
 from ._ops import (
     Adasum,
@@ -78,12 +80,16 @@ broadcast_parameters = _horovod.broadcast_parameters
 barrier = _horovod.barrier
 join = _horovod.join
 
+# hvd.elastic.run, State, ObjectState (not in __all__: each framework's module has its own).
+from . import elastic  # noqa: E402, F401
+
 __all__ = [
     "Adasum",
     "Average",
     "Compression",
     "Compressor",
     "HorovodInternalError",
+    "HostsUpdatedInterrupt",
     "Max",
     "Min",
     "ProcessSet",

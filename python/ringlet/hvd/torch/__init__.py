@@ -20,7 +20,6 @@ except ImportError as exc:  # pragma: no cover - torch is an optional extra
 
 from .. import *  # noqa: F403 - the same API, now also for torch tensors
 from .. import __all__ as _hvd_all
-from .._api import api as _api
 from .._ops import Sum
 from ._collectives import (  # noqa: F401 - torch's own, in place of the NumPy ones
     TorchBackend,
@@ -34,7 +33,7 @@ from ._collectives import (  # noqa: F401 - torch's own, in place of the NumPy o
     reducescatter,
     sparse_allreduce_async,
 )
-from ._optimizer import DistributedOptimizer
+from ._optimizer import DistributedOptimizer, broadcast_optimizer_state
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -85,31 +84,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         return output
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
-    """Make every rank's optimizer state (momentum buffers, Adam moments, step counts,
-    hyperparameters) equal to ``root_rank``'s.
-
-    As Horovod does, a fresh optimizer's state is first made by one step on zero gradients
-    (for the parameters that require grad; parameters without them keep ``grad = None``), so
-    that there is a state to send; an optimizer that still has none is stateless."""
-    if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    if not optimizer.state_dict()["state"]:
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-                    if isinstance(optimizer, torch.optim.SparseAdam):
-                        p.grad = p.grad.to_sparse()
-        if getattr(optimizer, "_ringlet_distributed", False):
-            # Its step() would allreduce the zeros: a collective the caller did not ask for.
-            super(optimizer.__class__, optimizer).step()
-        else:
-            optimizer.step()
-    state = _api.broadcast_object(optimizer.state_dict(), root_rank)
-    optimizer.load_state_dict(state)
-
-
+from . import elastic  # noqa: E402 - hvd.elastic, as in horovod.torch (it uses the above)
 
 __all__ = [*_hvd_all, "DistributedOptimizer", "SyncBatchNorm", "broadcast_optimizer_state",
-           "sparse_allreduce_async"]
+           "elastic", "sparse_allreduce_async"]

@@ -24,7 +24,7 @@ from .._process_sets import global_process_set, ringlet_set
 from ..timeline import Timeline
 from ._collectives import sparse_allreduce_async
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "broadcast_optimizer_state"]
 
 
 class _GradientHandle:
@@ -348,3 +348,26 @@ def DistributedOptimizer(
     return cls(optimizer.param_groups, named_parameters, options, process_set, shared_gradients)
 
 
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
+    """Make every rank's optimizer state (momentum buffers, Adam moments, step counts,
+    hyperparameters) equal to ``root_rank``'s.
+
+    As Horovod does, a fresh optimizer's state is first made by one step on zero gradients
+    (for the parameters that require grad; parameters without them keep ``grad = None``), so
+    that there is a state to send; an optimizer that still has none is stateless."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
+        if getattr(optimizer, "_ringlet_distributed", False):
+            # Its step() would allreduce the zeros: a collective the caller did not ask for.
+            super(optimizer.__class__, optimizer).step()
+        else:
+            optimizer.step()
+    state = api.broadcast_object(optimizer.state_dict(), root_rank)
+    optimizer.load_state_dict(state)

@@ -1,0 +1,445 @@
+"""The elastic driver: ``ringletrun`` with ``--min-np``/``--max-np``/``--host-discovery-script``.
+
+It runs the job as MPI jobs, one after another, each on the hosts available when it starts
+(``mpirun`` itself, as ``ringletrun`` builds it). While a job runs the driver rediscovers the
+hosts every second and tells the ranks when they change; rank 0 sends it each committed state.
+When a job ends it decides what comes next:
+
+- every rank finished its function: the driver exits 0;
+- the hosts changed (the ranks stopped at a commit, saying ``reset``): the next job runs on the
+  new hosts;
+- a rank failed (it raised, was killed, or its host went silent): its host is blacklisted,
+  and the next job runs on the hosts left, from the last commit the driver holds.
+
+It ends the run with an error when fewer than ``--min-np`` slots stay available for longer
+than the elastic timeout, when every rank failed, when every host is blacklisted, or when the
+next job would pass ``--reset-limit``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Any, TextIO
+
+from . import _protocol
+from ._hosts import Blacklist, DiscoveryError, FixedHosts, Hosts, ScriptDiscovery, Slot, assign
+from ._protocol import Ack, Bye, Commit, Fetch, Hello, HostsUpdated, Stored
+
+__all__ = ["ElasticError", "ElasticSettings", "run"]
+
+DISCOVERY_SECONDS = float(os.environ.get("RINGLET_ELASTIC_DISCOVERY_INTERVAL", "1.0"))
+"""How often the hosts are rediscovered (Horovod's DISCOVER_HOSTS_FREQUENCY_SECS)."""
+DEFAULT_TIMEOUT = 600.0
+"""Horovod's default elastic timeout."""
+SILENT_SECONDS = 5.0
+"""After the launcher has exited, how long a rank's connection may stay open before its host
+counts as lost (a host whose link is down never closes it)."""
+
+EXITED_MESSAGE = ("ringlet's elastic driver: one or more processes exited with non-zero "
+                  "status, thus causing the job to be terminated. The first process to do so "
+                  "was:\nProcess name: {name}\nExit code: {code}")
+RESET_LIMIT_MESSAGE = ("ringlet's elastic driver was shut down because the number of resets "
+                       "during the elastic job exceeded its limit: {limit}")
+
+
+class ElasticError(RuntimeError):
+    """The elastic run cannot go on; the message says why."""
+
+
+@dataclass
+class ElasticSettings:
+    """horovodrun's elastic options, checked."""
+
+    discovery: ScriptDiscovery | FixedHosts
+    np: int
+    min_np: int
+    max_np: int
+    timeout: float = DEFAULT_TIMEOUT
+    reset_limit: int | None = None
+    cooldown: tuple[float, float] | None = None
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_np < 1:
+            raise ValueError(f"--min-np must be at least 1, got {self.min_np}")
+        if self.min_np > self.max_np:
+            raise ValueError(f"--min-np ({self.min_np}) is larger than --max-np "
+                             f"({self.max_np}): no job size satisfies both")
+        if not self.min_np <= self.np <= self.max_np:
+            raise ValueError(f"-np ({self.np}) must lie between --min-np ({self.min_np}) and "
+                             f"--max-np ({self.max_np})")
+        if self.cooldown is not None:
+            low, high = self.cooldown
+            if not 1 <= low <= high <= 3600:
+                raise ValueError(f"--blacklist-cooldown-range takes two numbers of seconds, "
+                                 f"1 <= low <= high <= 3600, got {low} {high}")
+        if self.reset_limit is not None and self.reset_limit < 0:
+            raise ValueError(f"--reset-limit must be at least 0, got {self.reset_limit}")
+
+
+@dataclass
+class _Rank:
+    """What the driver knows of one rank of the running job."""
+
+    slot: Slot
+    pid: int = 0
+    bye: Bye | None = None
+    closed_at: float | None = None
+    connection: Connection | None = None
+
+
+@dataclass
+class _Job:
+    """One MPI job of the run, as the driver follows it."""
+
+    generation: int
+    slots: list[Slot]
+    hosts: Hosts
+    ranks: dict[int, _Rank] = field(default_factory=dict)
+    updates: int = 0
+    removed_only: bool = True
+    named_in_output: set[int] = field(default_factory=set)
+    pids_in_output: set[int] = field(default_factory=set)
+    notified_for: list[Slot] | None = None
+    """The slots the ranks were last told the hosts changed to."""
+
+
+class _Store:
+    """The last committed state rank 0 sent (it outlives every job)."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+        self.payload: bytes | None = None
+
+
+# What launchers print about the process that ended a job, by rank or by PID.
+_RANK_PATTERNS = (
+    re.compile(r"noticed that process rank (\d+) with PID"),
+    re.compile(r"MPI_ABORT was invoked on rank (\d+)"),
+    re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]"),
+    re.compile(r"RANK (\d+) PID \d+ RUNNING AT"),
+)
+_PID_PATTERNS = (re.compile(r"PID (\d+) RUNNING AT"),)
+
+
+class _Driver:
+    def __init__(self, settings: ElasticSettings,
+                 command_for: Callable[[list[Slot], dict[str, str]], list[str]],
+                 environ: dict[str, str], out: TextIO, err: TextIO) -> None:
+        self.settings, self.command_for, self.environ = settings, command_for, environ
+        self.out, self.err = out, err
+        self.blacklist = Blacklist(settings.cooldown)
+        self.store = _Store()
+        self.lock = threading.Lock()
+        self.job: _Job | None = None
+        self.key = _protocol.new_key()
+        self.listener = Listener(("0.0.0.0", 0), authkey=self.key)
+        self.port = self.listener.address[1]
+        self.last_found: Hosts = {}
+        threading.Thread(target=self._accept, name="ringlet-elastic-accept", daemon=True).start()
+
+    def say(self, text: str) -> None:
+        print(f"ringletrun: elastic: {text}", file=self.err, flush=True)
+
+    # -- the hosts ------------------------------------------------------------------------
+
+    def discover(self, first: bool = False) -> Hosts:
+        """The discovered hosts; on a failure after the first, the last ones found."""
+        try:
+            self.last_found = self.settings.discovery.find()
+        except DiscoveryError as error:
+            if first:
+                raise ElasticError(str(error)) from None
+            self.say(f"warning: {error}; keeping the hosts found before")
+        return self.last_found
+
+    def available(self, hosts: Hosts) -> Hosts:
+        return {h: n for h, n in hosts.items() if not self.blacklist.excludes(h)}
+
+    def wait_for_slots(self, wanted: int, first: bool) -> Hosts:
+        """Hosts with at least ``wanted`` slots not blacklisted, rediscovered each second;
+        ElasticError after the timeout."""
+        deadline = time.monotonic() + self.settings.timeout
+        said = False
+        while True:
+            hosts = self.available(self.discover(first))
+            first = False
+            if sum(hosts.values()) >= wanted:
+                return hosts
+            found = self.last_found
+            if found and all(self.blacklist.excludes(h) for h in found) and (
+                    self.blacklist.soonest_return() is None):
+                raise ElasticError(
+                    "every host is blacklisted (its ranks failed), and none will come back "
+                    f"(no --blacklist-cooldown-range): {', '.join(found)}")
+            if time.monotonic() > deadline:
+                raise ElasticError(
+                    f"timed out after {self.settings.timeout:.0f} s waiting for {wanted} slots "
+                    f"to become available (found {sum(hosts.values())}: "
+                    f"{_describe_hosts(hosts) or 'none'}; blacklisted: "
+                    f"{', '.join(h for h in found if self.blacklist.excludes(h)) or 'none'}); "
+                    "check that there are enough resources for --min-np processes, or raise "
+                    "--elastic-timeout")
+            if not said:
+                self.say(f"waiting for {wanted} slots (have {sum(hosts.values())})")
+                said = True
+            time.sleep(DISCOVERY_SECONDS)
+
+    # -- the ranks' connections -----------------------------------------------------------
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection = self.listener.accept()
+            except OSError:
+                if self.listener._listener is None:  # type: ignore[attr-defined]
+                    return
+                continue  # a probe, or a peer without the key
+            except Exception:
+                continue
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: Connection) -> None:
+        rank: _Rank | None = None
+        try:
+            while True:
+                message = connection.recv()
+                with self.lock:
+                    job = self.job
+                    if isinstance(message, Hello) and job is not None:
+                        rank = job.ranks.get(message.rank)
+                        if rank is not None:
+                            rank.pid, rank.connection = message.pid, connection
+                            if job.updates:
+                                connection.send(HostsUpdated(job.updates, job.removed_only))
+                    elif isinstance(message, Commit):
+                        self.store.sequence, self.store.payload = message.sequence, message.payload
+                        connection.send(Ack(message.sequence))
+                    elif isinstance(message, Fetch):
+                        connection.send(Stored(self.store.sequence, self.store.payload))
+                    elif isinstance(message, Bye) and rank is not None:
+                        rank.bye = message
+        except (EOFError, OSError):
+            pass
+        finally:
+            with self.lock:
+                if rank is not None and rank.closed_at is None:
+                    rank.closed_at = time.monotonic()
+                    rank.connection = None
+            connection.close()
+
+    def notify(self, job: _Job, removed_only: bool) -> None:
+        with self.lock:
+            job.updates += 1
+            job.removed_only = job.removed_only and removed_only
+            message = HostsUpdated(job.updates, job.removed_only)
+            for rank in job.ranks.values():
+                if rank.connection is not None:
+                    try:
+                        rank.connection.send(message)
+                    except OSError:
+                        pass
+
+    # -- one job ---------------------------------------------------------------------------
+
+    def addresses(self, slots: list[Slot]) -> str:
+        """Where ranks reach the driver: its address towards each host, then loopback."""
+        found: list[str] = []
+        for host in dict.fromkeys(s.host for s in slots):
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                    probe.connect((socket.gethostbyname(host), 9))  # sends nothing
+                    address = probe.getsockname()[0]
+            except OSError:
+                continue
+            if address not in found and not address.startswith("127."):
+                found.append(address)
+        return ",".join(f"{a}:{self.port}" for a in [*found, "127.0.0.1"])
+
+    def run_job(self, job: _Job) -> int:
+        env = dict(self.environ)
+        env.update({
+            _protocol.ADDRESS: self.addresses(job.slots),
+            _protocol.KEY: self.key.hex(),
+            _protocol.GENERATION: str(job.generation),
+            _protocol.RESUMED: "1" if self.store.payload is not None else "0",
+            _protocol.SLOTS: ",".join(f"{s.host}:{s.local_rank}" for s in job.slots),
+        })
+        command = self.command_for(job.slots, env)
+        self.say(f"job {job.generation}: {len(job.slots)} ranks on "
+                 f"{_describe_hosts(_count(job.slots))}")
+        if self.settings.verbose:
+            self.say(" ".join(command))
+        with self.lock:
+            job.ranks = {r: _Rank(slot) for r, slot in enumerate(job.slots)}
+            self.job = job
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, errors="replace",
+                                   start_new_session=True)
+        relays = [threading.Thread(target=self._relay, args=(stream, sink, job), daemon=True)
+                  for stream, sink in ((process.stdout, self.out), (process.stderr, self.err))]
+        for relay in relays:
+            relay.start()
+        try:
+            while process.poll() is None:
+                self._watch_hosts(job)
+                try:
+                    process.wait(DISCOVERY_SECONDS)
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:
+            os.killpg(process.pid, signal.SIGINT)
+            process.wait()
+            raise
+        for relay in relays:
+            relay.join(5)
+        self._wait_for_connections(job)
+        return process.returncode
+
+    def _relay(self, stream: Any, sink: TextIO, job: _Job) -> None:
+        for line in stream:
+            sink.write(line)
+            sink.flush()
+            for pattern in _RANK_PATTERNS:
+                for found in pattern.findall(line):
+                    job.named_in_output.add(int(found))
+            for pattern in _PID_PATTERNS:
+                for found in pattern.findall(line):
+                    job.pids_in_output.add(int(found))
+
+    def _watch_hosts(self, job: _Job) -> None:
+        hosts = self.available(self.discover())
+        if sum(hosts.values()) < self.settings.min_np:
+            return  # Horovod too waits for enough slots before it tells the ranks
+        slots = assign(hosts, list(job.hosts), self.settings.max_np)
+        if slots == job.slots:
+            return
+        removed_only = set(slots) < set(job.slots)
+        if job.notified_for != slots:
+            job.notified_for = slots
+            self.say(f"hosts changed: {_describe_hosts(_count(slots))}; the job stops at its "
+                     "next commit")
+            self.notify(job, removed_only)
+
+    def _wait_for_connections(self, job: _Job) -> None:
+        deadline = time.monotonic() + SILENT_SECONDS
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(r.closed_at is not None or r.pid == 0 for r in job.ranks.values()):
+                    return
+            time.sleep(0.05)
+        with self.lock:
+            for rank in job.ranks.values():
+                if rank.connection is not None:
+                    rank.connection.close()
+
+    # -- what comes next -------------------------------------------------------------------
+
+    def failed_hosts(self, job: _Job, code: int) -> tuple[set[str], str]:
+        """The hosts to blacklist after a failed job, and the first failed process's name."""
+        with self.lock:
+            ranks = dict(job.ranks)
+        def name(r: int) -> str:
+            return f"{ranks[r].slot.host}[{ranks[r].slot.local_rank}]"
+        raised = [r for r, k in ranks.items() if k.bye is not None and k.bye.reason == "failed"]
+        silent = [r for r, k in ranks.items() if k.pid and k.closed_at is None]
+        named = sorted(r for r in job.named_in_output if r in ranks and (
+            ranks[r].bye is None or ranks[r].bye.reason == "failed"))
+        by_pid = [r for r, k in ranks.items() if k.pid and k.pid in job.pids_in_output]
+        blamed = raised or silent or named or by_pid
+        if not blamed:
+            unsaid = [r for r, k in ranks.items()
+                      if k.pid and k.bye is None and k.closed_at is not None]
+            if unsaid:
+                first = min(ranks[r].closed_at or 0.0 for r in unsaid)
+                blamed = [r for r in unsaid if (ranks[r].closed_at or 0.0) <= first + 0.001]
+        for r in raised:
+            assert ranks[r].bye is not None
+            self.say(f"rank {r} ({name(r)}) failed: {ranks[r].bye.detail}")
+        for r in silent:
+            self.say(f"rank {r} ({name(r)}) went silent: its host is unreachable")
+        first = name(min(blamed)) if blamed else "unknown"
+        return {ranks[r].slot.host for r in blamed}, first
+
+    def run(self) -> int:
+        settings = self.settings
+        hosts = self.wait_for_slots(settings.np, first=True)
+        previous: list[str] = []
+        generation = 0
+        resets = 0
+        while True:
+            generation += 1
+            slots = assign(hosts, previous, settings.max_np)
+            job = _Job(generation, slots, _count(slots))
+            code = self.run_job(job)
+            with self.lock:
+                byes = [r.bye for r in job.ranks.values()]
+                said_hello = any(r.pid for r in job.ranks.values())
+            if code == 0 and all(b is not None and b.reason == "done" for b in byes):
+                return 0
+            if code == 0 and not said_hello:
+                return 0  # a program that does not use elastic.run: nothing to resume
+            if code == 0 and any(b is not None and b.reason == "reset" for b in byes):
+                self.say(f"job {generation} stopped for the new hosts")
+            else:
+                if not said_hello:
+                    raise ElasticError(f"job {generation} failed (exit code {code}) before any "
+                                       "rank reached elastic.run: nothing to recover")
+                failed, first = self.failed_hosts(job, code)
+                if not failed:
+                    raise ElasticError(
+                        f"job {generation} failed (exit code {code}) without losing a rank or "
+                        "a host (see its output above): restarting would fail the same way")
+                if len(failed) and all(b is not None and b.reason == "failed" for b in byes):
+                    raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
+                                       "\n(every rank failed)")
+                for host in failed:
+                    self.blacklist.add(host)
+                self.say(f"job {generation} failed (exit code {code}); blacklisted: "
+                         f"{', '.join(sorted(failed)) or 'none'}")
+                found = self.available(self.discover())
+                if failed and not found and self.blacklist.soonest_return() is None:
+                    raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
+                                       "\n(every host is blacklisted)")
+            if settings.reset_limit is not None and resets >= settings.reset_limit:
+                raise ElasticError(RESET_LIMIT_MESSAGE.format(limit=settings.reset_limit))
+            resets += 1
+            previous = list(job.hosts)
+            hosts = self.wait_for_slots(settings.min_np, first=False)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _count(slots: Sequence[Slot]) -> Hosts:
+    hosts: Hosts = {}
+    for slot in slots:
+        hosts[slot.host] = hosts.get(slot.host, 0) + 1
+    return hosts
+
+
+def _describe_hosts(hosts: Hosts) -> str:
+    return ",".join(f"{h}:{n}" for h, n in hosts.items())
+
+
+def run(settings: ElasticSettings,
+        command_for: Callable[[list[Slot], dict[str, str]], list[str]],
+        environ: dict[str, str] | None = None) -> int:
+    """Run the elastic job to its end: 0 when every rank finished; ElasticError when it cannot
+    go on. ``command_for(slots, env)`` is the launcher's command for one job."""
+    driver = _Driver(settings, command_for, dict(os.environ if environ is None else environ),
+                     sys.stdout, sys.stderr)
+    try:
+        return driver.run()
+    finally:
+        driver.close()
