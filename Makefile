@@ -78,7 +78,8 @@ MPI_OTHER_MPI_SLICE := tests/collectives/test_process_sets.py tests/collectives/
 # default, name matching, replaces: the same API on the other path.
 HVD_ORDER_SLICE := tests/hvd/numpy tests/hvd/torch/test_hvd_torch.py
 # The single-process suites (they launch jobs themselves, or none).
-PLAIN_SUITES := tests/jobs tests/tooling tests/structure tests/benchmarks tests/jupyter tests/docs
+PLAIN_SUITES := tests/jobs tests/elastic tests/tooling tests/structure tests/benchmarks tests/jupyter \
+	tests/docs
 RUST_SOURCES := $(shell find src -name '*.rs' -o -name '*.c') Cargo.toml build.rs
 PYTHON_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed)
 comma := ,
@@ -361,7 +362,9 @@ lint: setup
 stubtest: setup
 	$(PYTHON) -m mypy.stubtest ringlet._core
 
-# tests/jobs launch jobs themselves; tests/tooling test the build tools (no MPI job);
+# tests/jobs launch jobs themselves; tests/elastic run ringletrun's elastic driver (Horovod's
+# elastic scenarios; make test a slice: a rank killed, hosts added and removed, two errors);
+# tests/tooling test the build tools (no MPI job);
 # tests/structure check the layering and build a copy with a new algorithm; tests/benchmarks
 # run each benchmark briefly and check what it reports; tests/jupyter start ipyparallel MPI
 # engines and execute the tour notebook; tests/docs build the site (mkdocs build --strict).

@@ -94,33 +94,39 @@ class State:
     def commit(self) -> None:
         """Keep the state as it is now as the point to come back to (``save``); under the
         elastic driver rank 0 also hands it to the driver, so that it survives a restart.
-        Then ``check_host_updates``."""
+        Then ``check_host_updates``. Collective: every rank raises ``StateError`` together
+        when rank 0 cannot serialize the state."""
         self.save()
+        refusal = ""
         if self._link is not None and self._rank() == 0:
-            self._link.commit(self._checked_snapshot())
-        self.check_host_updates()
+            try:
+                payload = self.snapshot()
+            except Exception as error:
+                refusal = (f"cannot commit {type(self).__name__}: its saved state cannot be "
+                           f"serialized ({type(error).__name__}: {error}); keep only picklable "
+                           "values in it (arrays, numbers, state_dict()s), and rebuild the "
+                           "rest in a reset callback")
+            else:
+                self._link.commit(payload)
+        self._exchange_news(refusal)
 
     def check_host_updates(self) -> None:
         """Raise ``HostsUpdatedInterrupt`` on every rank at once if the driver has reported
         new or removed hosts (collective: rank 0's view is broadcast)."""
-        news = (0, True)
+        self._exchange_news("")
+
+    def _exchange_news(self, refusal: str) -> None:
+        news = (0, True, refusal)
         if self._link is not None and self._rank() == 0:
-            news = (self._link.hosts_updates, self._link.removed_only)
+            news = (self._link.hosts_updates, self._link.removed_only, refusal)
         if ringlet.size() > 1:
             news = self._bcast_object(news)
-        updates, removed_only = news
+        updates, removed_only, refusal = news
+        if refusal:
+            raise StateError(refusal)
         if updates > self._seen_updates:
             self._seen_updates = updates
             raise HostsUpdatedInterrupt(removed_only)
-
-    def _checked_snapshot(self) -> bytes:
-        try:
-            return self.snapshot()
-        except Exception as error:
-            raise StateError(
-                f"cannot commit {type(self).__name__}: its saved state cannot be serialized "
-                f"({type(error).__name__}: {error}); keep only picklable values in it (arrays, "
-                "numbers, state_dict()s), and rebuild the rest in a reset callback") from error
 
     def save(self) -> None:
         raise NotImplementedError
@@ -238,7 +244,7 @@ def _run_under_driver(link: _link.DriverLink, state: State, func: Callable[..., 
         # The new hosts take over from here: the state as it is, as Horovod carries it on.
         if ringlet.rank() == 0:
             state.save()
-            link.commit(state._checked_snapshot(), wait=True)
+            link.commit(state.snapshot(), wait=True)
         link.bye("reset")
         ringlet.shutdown()
         raise SystemExit(0) from None

@@ -25,7 +25,7 @@ __all__ = [
 Hosts = dict[str, int]
 """Host name to slots, in the order found."""
 
-_LINE = re.compile(r"([A-Za-z0-9_.\-\[\]:]+?)(?::(\d+))?\Z")
+_LINE = re.compile(r"([A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\])(?::(\d+))?\Z")
 
 
 class DiscoveryError(RuntimeError):

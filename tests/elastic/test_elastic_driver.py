@@ -1,0 +1,139 @@
+"""The elastic driver's parts without a job: its settings and their errors, host discovery,
+the blacklist's cooldown, the rank layout; and ringletrun's elastic command line refusing bad
+input before it starts anything. Plain pytest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringlet.elastic import _hosts
+from ringlet.elastic._hosts import Blacklist, DiscoveryError, Slot, assign
+
+RINGLETRUN = [sys.executable, "-m", "ringlet.run"]
+
+
+def ringletrun(*args: str, seconds: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*RINGLETRUN, *args], capture_output=True, text=True,
+                          timeout=seconds, env=os.environ)
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "discover.sh"
+    path.write_text("#!/bin/bash\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_discovery_output_is_read_as_hosts_and_slots() -> None:
+    found = _hosts.parse_discovery_output("a:2\n\nb   # a comment\nc.example.org:3\n", 4, "s")
+    assert found == {"a": 2, "b": 4, "c.example.org": 3}
+
+
+@pytest.mark.parametrize("line", ["a:0", "a b", "a:x", "a:-1"])
+def test_discovery_output_that_is_no_host_names_its_line(line: str) -> None:
+    with pytest.raises(DiscoveryError, match=f"printed '{line}' on line 2: expected one host"):
+        _hosts.parse_discovery_output(f"ok:1\n{line}\n", 1, "the script")
+
+
+def test_a_failing_discovery_script_says_its_exit_code_and_its_last_words(
+        tmp_path: Path) -> None:
+    discovery = _hosts.ScriptDiscovery(script(tmp_path, "echo no cluster here >&2; exit 3"), 1)
+    with pytest.raises(DiscoveryError, match="failed with exit code 3: no cluster here"):
+        discovery.find()
+
+
+def test_the_blacklist_cooldown_grows_exponentially_within_its_range() -> None:
+    now = [100.0]
+    blacklist = Blacklist((10, 100), clock=lambda: now[0])
+    blacklist.add("h")
+    first = blacklist.soonest_return()
+    assert first is not None and 20 <= first <= 30  # low * 2 + U(0, 1) * low
+    assert blacklist.excludes("h")
+    now[0] += first
+    assert not blacklist.excludes("h")
+    blacklist.add("h")
+    second = blacklist.soonest_return()
+    assert second is not None and 40 <= second <= 50
+    for _ in range(2):  # the third is 80-90 s, the fourth 160-170 s: over the top
+        now[0] += 1000
+        blacklist.add("h")
+    assert blacklist.soonest_return() == 100  # clamped to the range's top
+
+
+def test_without_a_cooldown_a_blacklisted_host_stays_out() -> None:
+    blacklist = Blacklist(None, clock=lambda: 0.0)
+    blacklist.add("h")
+    assert blacklist.excludes("h") and blacklist.soonest_return() is None
+
+
+def test_ranks_go_to_the_oldest_hosts_first_and_stop_at_max_np() -> None:
+    hosts = {"new": 2, "old": 2, "older": 1}
+    assert assign(hosts, ["older", "gone", "old"], 4) == [
+        Slot("older", 0), Slot("old", 0), Slot("old", 1), Slot("new", 0)]
+
+
+def test_slurm_task_counts_are_expanded() -> None:
+    assert _hosts._expand_tasks("2(x3),1") == [2, 2, 2, 1]
+    with pytest.raises(DiscoveryError):
+        _hosts._expand_tasks("two")
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--min-np", "3", "--max-np", "2", "-H", "localhost:4"],
+     "--min-np (3) is larger than --max-np (2)"),
+    (["-np", "5", "--min-np", "1", "--max-np", "4", "-H", "localhost:4"],
+     "-np (5) must lie between --min-np (1) and --max-np (4)"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "9", "3", "-H", "localhost:2"],
+     "1 <= low <= high <= 3600"),
+    (["--min-np", "1"], "elastic training needs hosts"),
+])
+def test_conflicting_elastic_options_are_refused_before_anything_runs(
+        args: list[str], says: str) -> None:
+    done = ringletrun(*args, "true")
+    assert done.returncode == 2, done
+    assert says in done.stderr, done.stderr
+
+
+def test_a_discovery_script_that_fails_at_the_start_ends_the_run(tmp_path: Path) -> None:
+    done = ringletrun("-np", "2", "--host-discovery-script",
+                      script(tmp_path, "echo broken >&2; exit 1"), "true")
+    assert done.returncode == 1, done
+    assert "failed with exit code 1: broken" in done.stderr, done.stderr
+
+
+def test_a_discovery_script_that_prints_garbage_at_the_start_ends_the_run(
+        tmp_path: Path) -> None:
+    done = ringletrun("-np", "2", "--host-discovery-script",
+                      script(tmp_path, "echo 'host one'"), "true")
+    assert done.returncode == 1, done
+    assert "printed 'host one' on line 1" in done.stderr, done.stderr
+
+
+def test_a_discovery_script_that_prints_nothing_times_out_clearly(tmp_path: Path) -> None:
+    done = ringletrun("-np", "2", "--elastic-timeout", "1", "--host-discovery-script",
+                      script(tmp_path, "true"), "true")
+    assert done.returncode == 1, done
+    assert "timed out after 1 s waiting for 2 slots" in done.stderr, done.stderr
+    assert "found 0: none" in done.stderr, done.stderr
+
+
+def test_the_dry_run_shows_the_first_job_s_command(tmp_path: Path) -> None:
+    done = ringletrun("--dry-run", "-np", "3", "--max-np", "3", "--host-discovery-script",
+                      script(tmp_path, "echo a:2; echo b:2"), "python", "train.py")
+    assert done.returncode == 0, done.stderr
+    assert "-H a:2,b:1" in done.stdout and done.stdout.rstrip().endswith("python train.py")
+
+
+def test_the_example_trains_under_the_elastic_driver() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "elastic_train.py"
+    done = ringletrun("-np", "2", "--min-np", "1", "-H", "localhost:2", sys.executable,
+                      str(example), seconds=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3 and all("on 2 ranks" in line for line in epochs), done.stdout
+    assert "job 1: 2 ranks on localhost:2" in done.stderr
