@@ -137,3 +137,19 @@ def test_the_example_trains_under_the_elastic_driver() -> None:
     epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
     assert len(epochs) == 3 and all("on 2 ranks" in line for line in epochs), done.stdout
     assert "job 1: 2 ranks on localhost:2" in done.stderr
+
+
+def test_a_collective_outside_elastic_run_is_refused_and_ends_the_run(tmp_path: Path) -> None:
+    program = tmp_path / "outside.py"
+    program.write_text(
+        "import numpy as np\nimport ringlet.hvd as hvd\nhvd.init()\n"
+        "hvd.allreduce(np.ones(4), name='too.early')\n"
+        "state = hvd.elastic.ObjectState(step=0)\n"
+        "hvd.elastic.run(lambda state: None)(state)\n")
+    done = ringletrun("-np", "2", "--min-np", "2", "-H", "localhost:2", sys.executable,
+                      str(program), seconds=120)
+    assert done.returncode == 1, done
+    assert "OutsideRunError: hvd.allreduce was called outside elastic.run" in done.stderr, \
+        done.stderr
+    assert "before any rank reached elastic.run: nothing to recover" in done.stderr, done.stderr
+    assert "job 2" not in done.stderr  # not restarted

@@ -26,6 +26,7 @@ Horovod's names, with the framework's state objects.
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import traceback
 from collections.abc import Callable, Iterable
@@ -33,17 +34,23 @@ from typing import Any, TypeVar
 
 import ringlet
 
-from . import _link
+from . import _link, _protocol
 
 __all__ = [
+    "UNDER_DRIVER",
     "HostsUpdatedInterrupt",
     "ObjectState",
+    "OutsideRunError",
     "State",
     "StateError",
     "driver_link",
     "inside_run",
+    "refuse_outside_run",
     "run",
 ]
+
+UNDER_DRIVER = bool(os.environ.get(_protocol.ADDRESS))
+"""Whether this process is a rank of a job that ringletrun's elastic driver started."""
 
 Result = TypeVar("Result")
 
@@ -56,6 +63,10 @@ class HostsUpdatedInterrupt(RuntimeError):
     def __init__(self, skip_sync: bool) -> None:
         super().__init__("the job's hosts changed" + (" (removed only)" if skip_sync else ""))
         self.skip_sync = skip_sync
+
+
+class OutsideRunError(RuntimeError):
+    """A collective called outside ``elastic.run`` in a job of the elastic driver."""
 
 
 class StateError(ValueError):
@@ -189,6 +200,18 @@ _depth = 0
 def inside_run() -> bool:
     """Whether a function decorated by ``run`` is running."""
     return _depth > 0
+
+
+def refuse_outside_run(what: str) -> None:
+    """Raise ``OutsideRunError`` if this is a rank of an elastic job and no ``run`` function
+    is running: there, every collective belongs inside it (Horovod's rule), where a failure
+    can be recovered from and the ranks of a new job meet the others in ``sync``."""
+    if UNDER_DRIVER and _depth == 0:
+        raise OutsideRunError(
+            f"{what} was called outside elastic.run in a job of ringletrun's elastic driver: "
+            "every collective of an elastic job runs inside the function decorated by "
+            "elastic.run, so that a lost rank can be recovered from (state.sync() already "
+            "broadcasts the state at its start); move the call into that function")
 
 
 def driver_link() -> _link.DriverLink | None:

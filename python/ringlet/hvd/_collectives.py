@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import ringlet
+from ringlet import elastic
 
 from ._backend import NUMPY, Backend, backend_for
 from ._fusion import deliver, prescaled_integers, reduce_arrays, reducible_in_place, scale_floats
@@ -108,6 +109,8 @@ class Collectives:
         """Every allreduce entry point: matched by order (started at once; run on this thread
         for a synchronous call, ``now``) or by name (submitted); not in place, into
         ``outputs`` where given."""
+        if elastic.UNDER_DRIVER:
+            elastic.refuse_outside_run("hvd.allreduce")
         tensors = list(tensors)
 
         def start() -> HandleSet:

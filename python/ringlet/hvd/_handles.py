@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ringlet
+from ringlet import elastic
 
 from ._negotiation import Negotiator
 from ._process_sets import member_ranks
@@ -131,6 +132,8 @@ def named(collective: str, name: Any, start: Callable[[], HandleSet],
     An asynchronous one that may run ``alone`` (an allreduce of every rank, its name given) is
     started at once while every rank is idle, without a cycle (``Negotiator.run_alone``).
     """
+    if not inline and elastic.UNDER_DRIVER:
+        elastic.refuse_outside_run(f"hvd.{collective}")
     if name is None and state.negotiator is None:
         return start()
     members = member_ranks(process_set)
