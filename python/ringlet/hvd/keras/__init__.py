@@ -173,6 +173,7 @@ __all__ = [
     "cross_size",
     "cuda_built",
     "ddl_built",
+    "elastic",
     "global_process_set",
     "gloo_built",
     "gloo_enabled",
@@ -194,3 +195,5 @@ __all__ = [
     "start_timeline",
     "stop_timeline",
 ]
+
+from . import elastic  # noqa: E402 - hvd.elastic, as in horovod.keras (it uses the above)

@@ -65,6 +65,8 @@ _OWN = [
     "broadcast_global_variables", "broadcast_object", "broadcast_object_fn",
     "broadcast_variables", "global_process_set", "grouped_allgather", "grouped_allreduce",
     "grouped_reducescatter", "join", "local_rank_op", "local_size_op",
-    "process_set_included_op", "rank_op", "reducescatter", "size_op",
+    "process_set_included_op", "rank_op", "reducescatter", "size_op", "elastic",
 ]
+from . import elastic  # noqa: E402 - hvd.elastic, as in horovod.tensorflow
+
 __all__ = sorted(set(_hvd_all) | set(_OWN))

@@ -4,3 +4,4 @@
 from ringlet.hvd.keras import *  # noqa: F403
 from ringlet.hvd.keras import __all__ as __all__
 from ringlet.hvd.keras import callbacks as callbacks
+from ringlet.hvd.keras import elastic as elastic
