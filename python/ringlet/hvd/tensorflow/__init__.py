@@ -67,6 +67,6 @@ _OWN = [
     "grouped_reducescatter", "join", "local_rank_op", "local_size_op",
     "process_set_included_op", "rank_op", "reducescatter", "size_op", "elastic",
 ]
-from . import elastic  # noqa: E402 - hvd.elastic, as in horovod.tensorflow
+from . import elastic  # noqa: E402, F401 - hvd.elastic, as in horovod.tensorflow
 
 __all__ = sorted(set(_hvd_all) | set(_OWN))
