@@ -144,14 +144,15 @@ done
 [[ $failed -eq 0 ]] && total=$((total + 1))
 # Faults across hosts (test_faults.py, plain pytest on this machine): a host cut off mid-loop, a
 # rank killed on another host and a damaged calibration cache (make test); --all adds a host
-# slowed tenfold.
+# slowed tenfold. test_elastic_cluster.py: a host killed under ringletrun's elastic driver.
 if [[ $faults -eq 1 ]]; then
   echo "=== cluster, faults across hosts"
-  fault_selection=(-k "cut_off or killed or cache")
+  fault_selection=(-k "cut_off or killed or cache or host_killed_mid_training")
   [[ $all -eq 1 ]] && fault_selection=()
   faults_status=0
-  faults_out=$(timeout -k 10 400 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
-    tests/cluster/test_faults.py "${fault_selection[@]}" 2>&1) || faults_status=$?
+  faults_out=$(timeout -k 10 700 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
+    tests/cluster/test_faults.py tests/cluster/test_elastic_cluster.py "${fault_selection[@]}" \
+    2>&1) || faults_status=$?
   echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|failed|error" \
     || true
   # Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.

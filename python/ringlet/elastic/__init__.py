@@ -111,14 +111,14 @@ class State:
         refusal = ""
         if self._link is not None and self._rank() == 0:
             try:
-                payload = self.snapshot()
+                serialize = self.serializer()
             except Exception as error:
                 refusal = (f"cannot commit {type(self).__name__}: its saved state cannot be "
                            f"serialized ({type(error).__name__}: {error}); keep only picklable "
                            "values in it (arrays, numbers, state_dict()s), and rebuild the "
                            "rest in a reset callback")
             else:
-                self._link.commit(payload)
+                self._link.commit(serialize)
         self._exchange_news(refusal)
 
     def check_host_updates(self) -> None:
@@ -158,6 +158,14 @@ class State:
     def load_snapshot(self, payload: bytes) -> None:
         """Make ``payload`` (from ``snapshot``) the saved state, and restore it."""
         raise NotImplementedError
+
+    def serializer(self) -> Callable[[], bytes]:
+        """What ``save`` kept, ready to become ``snapshot``'s bytes later, on another thread
+        (a commit is sent in the background): by default serialized at once. A state whose
+        ``save`` makes fresh copies returns a function over them, and serializes only what
+        could still change now (raising here what cannot be serialized)."""
+        payload = self.snapshot()
+        return lambda: payload
 
 
 class ObjectState(State):
@@ -267,7 +275,7 @@ def _run_under_driver(link: _link.DriverLink, state: State, func: Callable[..., 
         # The new hosts take over from here: the state as it is, as Horovod carries it on.
         if ringlet.rank() == 0:
             state.save()
-            link.commit(state.snapshot(), wait=True)
+            link.commit(state.serializer(), wait=True)
         link.bye("reset")
         ringlet.shutdown()
         raise SystemExit(0) from None

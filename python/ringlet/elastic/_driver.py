@@ -110,6 +110,7 @@ class _Job:
     removed_only: bool = True
     named_in_output: set[int] = field(default_factory=set)
     pids_in_output: set[int] = field(default_factory=set)
+    hosts_in_output: set[str] = field(default_factory=set)
     notified_for: list[Slot] | None = None
     """The slots the ranks were last told the hosts changed to."""
 
@@ -130,6 +131,9 @@ _RANK_PATTERNS = (
     re.compile(r"RANK (\d+) PID \d+ RUNNING AT"),
 )
 _PID_PATTERNS = (re.compile(r"PID (\d+) RUNNING AT"),)
+# What Open MPI prints about a host whose daemon it lost.
+_HOST_PATTERNS = (re.compile(r"Remote daemon: \[\[\d+,\d+\],\d+\] on node (\S+)"),
+                  re.compile(r"lost communication with a remote daemon.*?on node (\S+)"))
 
 
 class _Driver:
@@ -316,6 +320,8 @@ class _Driver:
             for pattern in _PID_PATTERNS:
                 for found in pattern.findall(line):
                     job.pids_in_output.add(int(found))
+            for pattern in _HOST_PATTERNS:
+                job.hosts_in_output.update(pattern.findall(line))
 
     def _watch_hosts(self, job: _Job) -> None:
         hosts = self.available(self.discover())
@@ -356,7 +362,8 @@ class _Driver:
         named = sorted(r for r in job.named_in_output if r in ranks and (
             ranks[r].bye is None or ranks[r].bye.reason == "failed"))
         by_pid = [r for r, k in ranks.items() if k.pid and k.pid in job.pids_in_output]
-        blamed = raised or silent or named or by_pid
+        lost_hosts = [r for r, k in ranks.items() if k.slot.host in job.hosts_in_output]
+        blamed = raised or silent or lost_hosts or named or by_pid
         if not blamed:
             unsaid = [r for r, k in ranks.items()
                       if k.pid and k.bye is None and k.closed_at is not None]

@@ -1,17 +1,19 @@
 """A rank's side of its connection to the elastic driver (``_protocol``).
 
 One thread per rank reads the driver's messages (acknowledgements, host updates, the stored
-state); rank 0 sends each commit from a second thread, so that a commit costs the step only
-its serialization, not the trip to the driver. At most one commit is in flight: the next
-waits for its acknowledgement, so a restart loses at most the commit that was still on its
-way.
+state). Rank 0 hands each commit to a second thread, which serializes it and sends it to the
+driver: the training thread never waits for either. The latest commit wins: one that arrives
+while the previous is still on its way replaces the one waiting behind it, so the driver
+holds a recent commit (never a torn one) and a restart repeats the steps since.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -37,9 +39,12 @@ class DriverLink:
         self._stored: Stored | None = None
         self._closed = False
         self._send_lock = threading.Lock()
+        self._waiting: Callable[[], bytes] | None = None
+        self._sending = False
         self._reader = threading.Thread(target=self._read, name="ringlet-elastic-link",
                                         daemon=True)
         self._reader.start()
+        self._sender: threading.Thread | None = None
 
     def _read(self) -> None:
         while True:
@@ -67,17 +72,47 @@ class DriverLink:
     def hello(self, rank: int, size: int) -> None:
         self._send(Hello(rank, size, socket.gethostname(), os.getpid()))
 
-    def commit(self, payload: bytes, wait: bool = False) -> None:
-        """Send a committed state (rank 0), once the previous one is acknowledged; with
-        ``wait``, also wait for this one's acknowledgement."""
+    def commit(self, serialize: Callable[[], bytes], wait: bool = False) -> None:
+        """Hand a commit (``serialize()`` makes its bytes) to the sender thread, in place of
+        any that waits there still; with ``wait``, return once the driver has stored it."""
         with self._lock:
-            self._wait_for(lambda: self._acked >= self._sent)
             self._sent += 1
             sequence = self._sent
-        self._send(Commit(sequence, payload))
-        if wait:
-            with self._lock:
+            self._waiting = serialize
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_commits, daemon=True,
+                                                name="ringlet-elastic-commits")
+                self._sender.start()
+            self._lock.notify_all()
+            if wait:
                 self._wait_for(lambda: self._acked >= sequence)
+
+    def _send_commits(self) -> None:
+        while True:
+            with self._lock:
+                while self._waiting is None:
+                    if self._closed:
+                        return
+                    self._lock.wait(1.0)
+                serialize, self._waiting = self._waiting, None
+                sequence = self._sent
+            try:
+                payload = serialize()
+            except Exception as error:  # a state that changed under the thread: say so, go on
+                print(f"ringlet: warning: commit {sequence} not sent to the elastic driver: "
+                      f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+                continue
+            try:
+                self._send(Commit(sequence, payload))
+            except OSError:
+                return
+            with self._lock:
+                self._wait_for(lambda done=sequence: self._acked >= done or self._closed)
+
+    def stored(self) -> int:
+        """The sequence number of the last commit the driver has stored."""
+        with self._lock:
+            return self._acked
 
     def fetch(self) -> bytes | None:
         """The committed state the driver holds (rank 0 of a resumed job)."""
@@ -85,8 +120,8 @@ class DriverLink:
         with self._lock:
             self._wait_for(lambda: self._stored is not None)
             stored, self._stored = self._stored, None
-        assert stored is not None
-        self._sent = self._acked = stored.sequence
+            assert stored is not None
+            self._sent = self._acked = stored.sequence
         return stored.payload
 
     def bye(self, reason: str, detail: str = "") -> None:
@@ -96,7 +131,7 @@ class DriverLink:
         except OSError:
             pass
 
-    def _wait_for(self, condition: Any) -> None:
+    def _wait_for(self, condition: Callable[[], bool]) -> None:
         while not condition():
             if self._closed:
                 raise ConnectionError("the elastic driver closed its connection to this rank")

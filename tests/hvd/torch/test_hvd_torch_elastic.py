@@ -19,8 +19,8 @@ class FakeLink:
     def __init__(self, updates: int = 0) -> None:
         self.hosts_updates, self.removed_only, self.sent = updates, False, []
 
-    def commit(self, payload: bytes, wait: bool = False) -> None:
-        self.sent.append(payload)
+    def commit(self, serialize, wait: bool = False) -> None:
+        self.sent.append(serialize())
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ batch and epoch during ``model.fit``, with ``horovod.keras.elastic``'s semantics
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -92,13 +93,19 @@ class KerasState(ObjectState):
         super().sync()
 
     def snapshot(self) -> bytes:
-        return pickle.dumps({"model": self._saved_model, "optimizer": self._saved_optimizer,
-                             "objects": self._saved_state}, protocol=pickle.HIGHEST_PROTOCOL)
+        return self.serializer()()
+
+    def serializer(self) -> Callable[[], bytes]:
+        # The saved arrays are fresh copies: serialized later, on the commit thread.
+        model, optimizer = self._saved_model, self._saved_optimizer
+        objects = pickle.dumps(self._saved_state, protocol=pickle.HIGHEST_PROTOCOL)
+        return lambda: pickle.dumps({"model": model, "optimizer": optimizer,
+                                     "objects": objects}, protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_snapshot(self, payload: bytes) -> None:
         saved = pickle.loads(payload)
         self._saved_model, self._saved_optimizer = saved["model"], saved["optimizer"]
-        self._saved_state = saved["objects"]
+        self._saved_state = pickle.loads(saved["objects"])
         self.restore()
 
 

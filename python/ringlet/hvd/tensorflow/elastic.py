@@ -5,6 +5,7 @@ optimizer) and ``TensorFlowState`` (a list of variables), as ``horovod.tensorflo
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,10 +62,16 @@ class TensorFlowState(ObjectState):
         super().sync()
 
     def snapshot(self) -> bytes:
-        return pickle.dumps({"variables": self._values, "objects": self._saved_state},
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        return self.serializer()()
+
+    def serializer(self) -> Callable[[], bytes]:
+        # The saved values are fresh copies: serialized later, on the commit thread.
+        values = self._values
+        objects = pickle.dumps(self._saved_state, protocol=pickle.HIGHEST_PROTOCOL)
+        return lambda: pickle.dumps({"variables": values, "objects": objects},
+                                    protocol=pickle.HIGHEST_PROTOCOL)
 
     def load_snapshot(self, payload: bytes) -> None:
         saved = pickle.loads(payload)
-        self._values, self._saved_state = saved["variables"], saved["objects"]
+        self._values, self._saved_state = saved["variables"], pickle.loads(saved["objects"])
         self.restore()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import io
 import math
+import pickle
 import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -160,15 +162,25 @@ class TorchState(ObjectState):
         super().sync()
 
     def snapshot(self) -> bytes:
-        buffer = io.BytesIO()
-        torch.save({"handlers": {n: h.saved for n, h in self._handlers.items()},
-                    "objects": self._saved_state}, buffer)
-        return buffer.getvalue()
+        return self.serializer()()
+
+    def serializer(self) -> Callable[[], bytes]:
+        # The handlers' saved state_dicts are fresh deep copies that nothing changes: they
+        # are serialized later, on the commit thread. The other attributes are pickled now.
+        saved = {n: h.saved for n, h in self._handlers.items()}
+        objects = pickle.dumps(self._saved_state, protocol=pickle.HIGHEST_PROTOCOL)
+
+        def serialize() -> bytes:
+            buffer = io.BytesIO()
+            torch.save({"handlers": saved, "objects": objects}, buffer)
+            return buffer.getvalue()
+
+        return serialize
 
     def load_snapshot(self, payload: bytes) -> None:
         saved = torch.load(io.BytesIO(payload), weights_only=False)
         for name, handler in self._handlers.items():
             handler.saved = saved["handlers"][name]
-        self._saved_state = saved["objects"]
+        self._saved_state = pickle.loads(saved["objects"])
         self.restore()
 

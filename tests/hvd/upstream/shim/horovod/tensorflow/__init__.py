@@ -8,6 +8,6 @@ from .util import _executing_eagerly as _executing_eagerly
 
 
 def __getattr__(name: str):
-    # Names outside __all__ (private helpers the tests poke at, hvd.elastic's absence) are
+    # Names outside __all__ (private helpers the tests poke at) are
     # ringlet's own, or ringlet's AttributeError.
     return getattr(_ringlet, name)

@@ -5,6 +5,6 @@ from ringlet.hvd.torch import *  # noqa: F403
 
 
 def __getattr__(name: str):
-    # Names outside __all__ (private helpers, hvd.elastic's absence) are ringlet's own, or
+    # Names outside __all__ (private helpers) are ringlet's own, or
     # ringlet's AttributeError.
     return getattr(_ringlet, name)

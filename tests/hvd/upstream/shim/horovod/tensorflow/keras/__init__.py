@@ -5,5 +5,5 @@ from ringlet.hvd.tensorflow.keras import *  # noqa: F403
 
 
 def __getattr__(name: str):
-    # hvd.callbacks, private helpers, and hvd.elastic's absence: ringlet's own.
+    # hvd.callbacks and private helpers: ringlet's own.
     return getattr(_ringlet, name)

@@ -1,0 +1,110 @@
+"""Elastic training across the emulated cluster's hosts (tools/emulated_cluster.sh, 4 hosts x 2
+ranks, brought up by tests/cluster/run.sh): ringletrun's elastic driver on host 0 runs
+tests/elastic's training script; a whole host is killed mid-training (its daemon and both its
+ranks, SIGKILL); the driver blacklists it and restarts the job on the three hosts left, from
+the last commit. Checks how soon training resumes, the world sizes, and the final weights
+against the single-process replay. Plain pytest on this machine (root; not under mpirun)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+sys.path.insert(0, str(ROOT / "tests" / "elastic"))
+
+import exact_model  # noqa: E402
+from test_faults import CLUSTER, SHAPE, network_options  # noqa: E402
+
+SCRIPT = ROOT / "tests" / "elastic" / "elastic_torch_main.py"
+HOSTS = [f"10.77.0.{10 + h}" for h in range(4)]
+KILLED = 3
+BATCHES_PER_EPOCH = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> None:
+    assert SHAPE.exists(), "no emulated cluster: run tests/cluster/run.sh"
+    assert int(SHAPE.read_text().split()[0]) >= 4, "the elastic test needs 4 hosts"
+
+
+def session_pids(session: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[3]) == session:
+                found.append(int(entry.name))
+    return found
+
+
+def on_host(pid: int) -> str:
+    return subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_a_host_killed_mid_training_leaves_the_others_training_from_the_last_commit(
+        tmp_path: Path) -> None:
+    logfile = tmp_path / "log"
+    command = [str(CLUSTER), "on", "0", sys.executable, "-m", "ringlet.run",
+               "-np", "8", "--min-np", "4", "-H", ",".join(f"{h}:2" for h in HOSTS),
+               "--mpi-args", " ".join(network_options()),
+               sys.executable, str(SCRIPT), "--logfile", str(logfile), "--epochs", "6",
+               "--epoch-wait", "1", "--batches-per-epoch", str(BATCHES_PER_EPOCH)]
+    output = open(tmp_path / "driver.out", "w")
+    driver = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                              env={**os.environ, "RINGLET_ELASTIC_DISCOVERY_INTERVAL": "0.5"},
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (logfile.exists() and len(logfile.read_text().splitlines()) >= 2):
+            assert driver.poll() is None, (tmp_path / "driver.out").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "driver.out").read_text()
+            time.sleep(0.2)
+        victims = [p for p in session_pids(driver.pid) if on_host(p) == f"rgl-h{KILLED}"]
+        assert len(victims) >= 3, victims  # its daemon and its two ranks at least
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        steps = tmp_path / "log.steps"
+        resumed = None
+        while driver.poll() is None and time.monotonic() < killed + 240:
+            if resumed is None and any(json.loads(line)[2] == 6
+                                       for line in steps.read_text().splitlines()):
+                resumed = time.monotonic() - killed
+            time.sleep(0.1)
+        assert driver.poll() == 0, (tmp_path / "driver.out").read_text()
+    finally:
+        for pid in session_pids(driver.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        output.close()
+    said = (tmp_path / "driver.out").read_text()
+    print(f"training resumed {resumed:.1f} s after host {KILLED} was killed")
+    assert resumed is not None and resumed < 30, said
+    assert f"blacklisted: {HOSTS[KILLED]}" in said, said
+    assert "job 2: 6 ranks" in said, said
+    sizes = [json.loads(line)["size"] for line in logfile.read_text().splitlines()]
+    assert sizes[:2] == [8, 8] and sizes[-1] == 6 and len(sizes) == 6, sizes
+    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
+    assert len(weights) == 6 and len(set(weights.values())) == 1, weights
+    last: dict[tuple[int, int], int] = {}
+    for line in steps.read_text().splitlines():
+        epoch, batch, world = json.loads(line)
+        last[epoch, batch] = world
+    replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
+                                BATCHES_PER_EPOCH)
+    assert replay == next(iter(weights.values()))
