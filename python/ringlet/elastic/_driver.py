@@ -41,6 +41,9 @@ DISCOVERY_SECONDS = float(os.environ.get("RINGLET_ELASTIC_DISCOVERY_INTERVAL", "
 """How often the hosts are rediscovered (Horovod's DISCOVER_HOSTS_FREQUENCY_SECS)."""
 DEFAULT_TIMEOUT = 600.0
 """Horovod's default elastic timeout."""
+DIED_GRACE = 1.0
+"""Seconds between a rank's death and the driver ending its job (the launcher's own report of
+which process died usually comes first)."""
 SILENT_SECONDS = 5.0
 """After the launcher has exited, how long a rank's connection may stay open before its host
 counts as lost (a host whose link is down never closes it)."""
@@ -141,19 +144,22 @@ class _Driver:
                  command_for: Callable[[list[Slot], dict[str, str]], list[str]],
                  environ: dict[str, str], out: TextIO, err: TextIO) -> None:
         self.settings, self.command_for, self.environ = settings, command_for, environ
+        self.started = time.monotonic()
         self.out, self.err = out, err
         self.blacklist = Blacklist(settings.cooldown)
         self.store = _Store()
         self.lock = threading.Lock()
         self.job: _Job | None = None
         self.key = _protocol.new_key()
-        self.listener = Listener(("0.0.0.0", 0), authkey=self.key)
+        # Every rank of a job connects at once: a backlog for all of them (Listener's is 1).
+        self.listener = Listener(("0.0.0.0", 0), backlog=1024, authkey=self.key)
         self.port = self.listener.address[1]
         self.last_found: Hosts = {}
         threading.Thread(target=self._accept, name="ringlet-elastic-accept", daemon=True).start()
 
     def say(self, text: str) -> None:
-        print(f"ringletrun: elastic: {text}", file=self.err, flush=True)
+        elapsed = time.monotonic() - self.started
+        print(f"ringletrun: elastic: [{elapsed:.1f} s] {text}", file=self.err, flush=True)
 
     # -- the hosts ------------------------------------------------------------------------
 
@@ -295,10 +301,12 @@ class _Driver:
         for relay in relays:
             relay.start()
         try:
+            ending_since: float | None = None
             while process.poll() is None:
                 self._watch_hosts(job)
+                ending_since = self._end_if_a_rank_died(job, process, ending_since)
                 try:
-                    process.wait(DISCOVERY_SECONDS)
+                    process.wait(min(DISCOVERY_SECONDS, 0.25))
                 except subprocess.TimeoutExpired:
                     pass
         except KeyboardInterrupt:
@@ -307,8 +315,33 @@ class _Driver:
             raise
         for relay in relays:
             relay.join(5)
+        self.say(f"job {job.generation}'s launcher exited ({process.returncode})")
         self._wait_for_connections(job)
         return process.returncode
+
+    def _end_if_a_rank_died(self, job: _Job, process: subprocess.Popen,
+                            since: float | None) -> float | None:
+        """A rank whose connection closed without a word has died (one that ends says why):
+        the job cannot go on, so end it now rather than wait for the launcher to notice (which
+        takes seconds, and minutes for some MPIs). Its launcher gets DIED_GRACE seconds to
+        report which process it was, then SIGTERM, then SIGKILL."""
+        now = time.monotonic()
+        with self.lock:
+            died = [r for r, k in job.ranks.items()
+                    if k.pid and k.bye is None and k.closed_at is not None]
+        if not died:
+            return since
+        if since is None:
+            self.say(f"rank(s) {', '.join(map(str, died))} of job {job.generation} ended "
+                     "without a word; ending the job")
+            return now
+        if now - since > DIED_GRACE and process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM if now - since < DIED_GRACE + 5
+                          else signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return since
 
     def _relay(self, stream: Any, sink: TextIO, job: _Job) -> None:
         for line in stream:

@@ -46,7 +46,7 @@ SLOTS = "RINGLET_ELASTIC_SLOTS"
 """Where each rank of the job runs, in rank order: ``host:local_rank`` separated by commas,
 with the host as discovered (two names of one machine stay two hosts)."""
 
-CONNECT_SECONDS = 10.0
+CONNECT_SECONDS = 60.0
 """How long a rank tries the driver's addresses before it gives up."""
 
 
