@@ -215,3 +215,14 @@ def test_small_group_bench_compares_average_gradients_with_one_allreduce(tmp_pat
     for row in results["rows"]:
         assert row["group_us"] > 0 and row["one_us"] > 0 and len(row["ratios"]) == 2
         assert f"| {row['arrays']} x {row['bytes']} |" in job.stdout
+
+
+def test_elastic_commit_bench_times_steps_with_and_without_commits_under_the_driver():
+    job = subprocess.run(
+        [sys.executable, "-m", "ringlet.run", "-np", "2", "--min-np", "2", "-H", "localhost:2",
+         sys.executable, "benchmarks/elastic_commit_bench.py", "--model", "convnet",
+         "--rounds", "1", "--steps", "2"],
+        cwd=ROOT, text=True, capture_output=True, timeout=300, env=os.environ)
+    assert job.returncode == 0, job.stdout + job.stderr
+    line = next(s for s in job.stdout.splitlines() if s.startswith("convnet, 2 ranks"))
+    assert "with save" in line and "with commit" in line and "ratio" in line, line
