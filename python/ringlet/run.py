@@ -422,9 +422,7 @@ def _run_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace, laun
         parser.error(str(error))
 
     def command_for(slots: list[_elastic_hosts.Slot], environ: dict[str, str]) -> list[str]:
-        counts: dict[str, int] = {}
-        for slot in slots:
-            counts[slot.host] = counts.get(slot.host, 0) + 1
+        counts = _elastic_hosts.count_hosts(slots)
         job = argparse.Namespace(**{**vars(args), "np": len(slots), "hostfile": None,
                                     "hosts": ",".join(f"{h}:{n}" for h, n in counts.items())})
         return build_command(job, launcher, kind, environ)

@@ -26,13 +26,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from typing import Any, TextIO
 
 from . import _protocol
-from ._hosts import Blacklist, DiscoveryError, FixedHosts, Hosts, ScriptDiscovery, Slot, assign
+from ._hosts import (
+    Blacklist,
+    DiscoveryError,
+    FixedHosts,
+    Hosts,
+    ScriptDiscovery,
+    Slot,
+    assign,
+    count_hosts,
+)
 from ._protocol import Ack, Bye, Commit, Fetch, Hello, HostsUpdated, Stored
 
 __all__ = ["ElasticError", "ElasticSettings", "run"]
@@ -154,6 +163,7 @@ class _Driver:
         # Every rank of a job connects at once: a backlog for all of them (Listener's is 1).
         self.listener = Listener(("0.0.0.0", 0), backlog=1024, authkey=self.key)
         self.port = self.listener.address[1]
+        self.closed = False
         self.last_found: Hosts = {}
         threading.Thread(target=self._accept, name="ringlet-elastic-accept", daemon=True).start()
 
@@ -212,7 +222,7 @@ class _Driver:
             try:
                 connection = self.listener.accept()
             except OSError:
-                if self.listener._listener is None:  # type: ignore[attr-defined]
+                if self.closed:
                     return
                 continue  # a probe, or a peer without the key
             except Exception:
@@ -287,7 +297,7 @@ class _Driver:
         })
         command = self.command_for(job.slots, env)
         self.say(f"job {job.generation}: {len(job.slots)} ranks on "
-                 f"{_describe_hosts(_count(job.slots))}")
+                 f"{_describe_hosts(count_hosts(job.slots))}")
         if self.settings.verbose:
             self.say(" ".join(command))
         with self.lock:
@@ -366,7 +376,7 @@ class _Driver:
         removed_only = set(slots) < set(job.slots)
         if job.notified_for != slots:
             job.notified_for = slots
-            self.say(f"hosts changed: {_describe_hosts(_count(slots))}; the job stops at its "
+            self.say(f"hosts changed: {_describe_hosts(count_hosts(slots))}; the job stops at its "
                      "next commit")
             self.notify(job, removed_only)
 
@@ -384,7 +394,7 @@ class _Driver:
 
     # -- what comes next -------------------------------------------------------------------
 
-    def failed_hosts(self, job: _Job, code: int) -> tuple[set[str], str]:
+    def failed_hosts(self, job: _Job) -> tuple[set[str], str]:
         """The hosts to blacklist after a failed job, and the first failed process's name."""
         with self.lock:
             ranks = dict(job.ranks)
@@ -420,7 +430,7 @@ class _Driver:
         while True:
             generation += 1
             slots = assign(hosts, previous, settings.max_np)
-            job = _Job(generation, slots, _count(slots))
+            job = _Job(generation, slots, count_hosts(slots))
             code = self.run_job(job)
             with self.lock:
                 byes = [r.bye for r in job.ranks.values()]
@@ -435,20 +445,20 @@ class _Driver:
                 if not said_hello:
                     raise ElasticError(f"job {generation} failed (exit code {code}) before any "
                                        "rank reached elastic.run: nothing to recover")
-                failed, first = self.failed_hosts(job, code)
+                failed, first = self.failed_hosts(job)
                 if not failed:
                     raise ElasticError(
                         f"job {generation} failed (exit code {code}) without losing a rank or "
                         "a host (see its output above): restarting would fail the same way")
-                if len(failed) and all(b is not None and b.reason == "failed" for b in byes):
+                if all(b is not None and b.reason == "failed" for b in byes):
                     raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
                                        "\n(every rank failed)")
                 for host in failed:
                     self.blacklist.add(host)
                 self.say(f"job {generation} failed (exit code {code}); blacklisted: "
-                         f"{', '.join(sorted(failed)) or 'none'}")
+                         f"{', '.join(sorted(failed))}")
                 found = self.available(self.discover())
-                if failed and not found and self.blacklist.soonest_return() is None:
+                if not found and self.blacklist.soonest_return() is None:
                     raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
                                        "\n(every host is blacklisted)")
             if settings.reset_limit is not None and resets >= settings.reset_limit:
@@ -458,14 +468,8 @@ class _Driver:
             hosts = self.wait_for_slots(settings.min_np, first=False)
 
     def close(self) -> None:
+        self.closed = True
         self.listener.close()
-
-
-def _count(slots: Sequence[Slot]) -> Hosts:
-    hosts: Hosts = {}
-    for slot in slots:
-        hosts[slot.host] = hosts.get(slot.host, 0) + 1
-    return hosts
 
 
 def _describe_hosts(hosts: Hosts) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "ScriptDiscovery",
     "Slot",
     "assign",
+    "count_hosts",
     "parse_discovery_output",
     "slurm_hosts",
 ]
@@ -181,3 +182,11 @@ def assign(hosts: Hosts, previous: list[str], max_np: int) -> list[Slot]:
                 return slots
             slots.append(Slot(host, local))
     return slots
+
+
+def count_hosts(slots: list[Slot]) -> Hosts:
+    """How many of ``slots`` each host has, in the slots' order."""
+    hosts: Hosts = {}
+    for slot in slots:
+        hosts[slot.host] = hosts.get(slot.host, 0) + 1
+    return hosts
