@@ -10,6 +10,10 @@ pub enum CoreError {
     UnsupportedDtype(String),
     /// MPI (or the in-process transport) failed, or MPI is not usable. Python sees `RingletError`.
     Communication(String),
+    /// A process of the communicator died, or another rank revoked the communicator because one
+    /// did (ULFM, Open MPI 5 under `--with-ft ulfm`): the communicator is unusable; its survivors
+    /// can shrink it and go on. Python sees `ProcessFailedError`.
+    ProcessFailed(String),
     /// Ranks disagree on the collective they are in. Python sees `MismatchError`.
     Mismatch(String),
     /// A schedule's first meeting found that the ranks' calls differ; the runtime then works
@@ -23,6 +27,7 @@ impl fmt::Display for CoreError {
             CoreError::InvalidArgument(msg)
             | CoreError::UnsupportedDtype(msg)
             | CoreError::Communication(msg)
+            | CoreError::ProcessFailed(msg)
             | CoreError::Mismatch(msg) => f.write_str(msg),
             CoreError::Unsettled => f.write_str("internal: the ranks' calls differ"),
         }

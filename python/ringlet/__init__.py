@@ -38,7 +38,7 @@ from ._collectives import (
     reduce_scatter,
     reduce_scatter_async,
 )
-from ._core import MismatchError, RingletError
+from ._core import MismatchError, ProcessFailedError, RingletError
 from ._doorbell import Doorbell, doorbell
 from ._dtypes import OPS, SUPPORTED_DTYPES
 from ._gradients import (
@@ -84,6 +84,7 @@ __all__ = [
     "Doorbell",
     "Handle",
     "MismatchError",
+    "ProcessFailedError",
     "ProcessSet",
     "RingletError",
     "SharedMemory",

@@ -18,6 +18,7 @@ __all__ = [
     "Group",
     "Handle",
     "MismatchError",
+    "ProcessFailedError",
     "ProcessSetRanks",
     "RingletError",
     "SharedBuffer",
@@ -100,6 +101,10 @@ class RingletError(RuntimeError):
 
 class MismatchError(RingletError):
     """Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."""
+
+class ProcessFailedError(RingletError):
+    """A rank of the communicator died (or the communicator was revoked because one did), under
+    MPI's fault tolerance (ULFM): the survivors can go on without it (ringlet.elastic.run)."""
 
 @disjoint_base
 class Handle:

@@ -21,12 +21,21 @@ create_exception!(
     "Ranks disagree on the collective they are in (shape, dtype, op, algorithm or order)."
 );
 
+create_exception!(
+    ringlet._core,
+    ProcessFailedError,
+    RingletError,
+    "A rank of the communicator died (or the communicator was revoked because one did), under \
+     MPI's fault tolerance (ULFM): the survivors can go on without it (ringlet.elastic.run)."
+);
+
 /// The Python exception a core error becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PyKind {
     Value,
     Type,
     Ringlet,
+    ProcessFailed,
     Mismatch,
 }
 
@@ -36,6 +45,7 @@ impl PyKind {
             CoreError::InvalidArgument(_) => PyKind::Value,
             CoreError::UnsupportedDtype(_) => PyKind::Type,
             CoreError::Communication(_) => PyKind::Ringlet,
+            CoreError::ProcessFailed(_) => PyKind::ProcessFailed,
             CoreError::Mismatch(_) | CoreError::Unsettled => PyKind::Mismatch,
         }
     }
@@ -46,6 +56,7 @@ impl PyKind {
             PyKind::Value => "ValueError",
             PyKind::Type => "TypeError",
             PyKind::Ringlet => "RingletError",
+            PyKind::ProcessFailed => "ProcessFailedError",
             PyKind::Mismatch => "MismatchError",
         }
     }
@@ -58,6 +69,7 @@ impl From<CoreError> for PyErr {
             PyKind::Value => PyValueError::new_err(message),
             PyKind::Type => PyTypeError::new_err(message),
             PyKind::Ringlet => RingletError::new_err(message),
+            PyKind::ProcessFailed => ProcessFailedError::new_err(message),
             PyKind::Mismatch => MismatchError::new_err(message),
         }
     }

@@ -917,7 +917,7 @@ mod _core {
     #[pymodule_export]
     use super::doorbell::{open_doorbell, Doorbell};
     #[pymodule_export]
-    use super::errors::{MismatchError, RingletError};
+    use super::errors::{MismatchError, ProcessFailedError, RingletError};
     #[pymodule_export]
     use super::handles::{
         allgather_async, allreduce_group, allreduce_group_async, allreduce_group_fast,

@@ -288,6 +288,7 @@ impl Watcher for StallInspector {
         if let Some(label) = self.current() {
             self.check_departed(label.seq, || format!("waits in {label}"))?;
         }
+        transport.failed()?;
         let rank = transport.rank();
         let seconds = waited.as_secs_f64();
         if let Some(limit) = self.policy.warning {

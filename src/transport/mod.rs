@@ -304,6 +304,13 @@ pub trait Transport: shm::Waiter {
     /// its calls: a rank that waits in shared memory must still let its eager sends drain).
     fn progress(&self) {}
 
+    /// `Err(ProcessFailed)` if a process of the communicator is known to have died (MPI's fault
+    /// tolerance, ULFM); asked now and then while a wait lasts. Transports that cannot lose a
+    /// process say `Ok`.
+    fn failed(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Memory every rank maps, if all ranks share one node and it could be had.
     fn shared(&self) -> Option<&dyn shm::SharedMemory> {
         None

@@ -8,7 +8,7 @@
 //! status is checked: a message of another length than expected is an error, never a silently
 //! short buffer.
 
-use super::mpi_call::error_string;
+use super::mpi_call::{check_on, error_string};
 use super::mpi_shm::{MpiShared, Unavailable};
 use super::nodes::Nodes;
 use super::shm::SharedMemory;
@@ -236,6 +236,7 @@ impl MpiTransport {
             requests: SmallVec::new(),
             statuses: SmallVec::new(),
             lengths: SmallVec::new(),
+            comm: self.raw()?,
             what,
             peer: peer as usize,
             received: None,
@@ -247,7 +248,11 @@ impl MpiTransport {
                 let mut request = null_request();
                 // The message lies inside the piece: `base + start .. base + end`.
                 let address = base.wrapping_add(message.start);
-                check(start(address, message.len(), &mut request), what)?;
+                check_on(
+                    pending.comm,
+                    start(address, message.len(), &mut request),
+                    what,
+                )?;
                 pending.requests.push(request);
                 pending.lengths.push(message.len());
             }
@@ -293,6 +298,8 @@ struct MpiPending<'a> {
     statuses: SmallVec<[ffi::MPI_Status; 2]>,
     /// Each request's length in bytes, to check what arrived.
     lengths: SmallVec<[usize; 2]>,
+    /// The communicator, to revoke if a process has failed (see `check_on`).
+    comm: ffi::MPI_Comm,
     what: &'static str,
     peer: usize,
     /// A receive's destination, handed back once the data is in; `None` for sends.
@@ -342,9 +349,9 @@ impl MpiPending<'_> {
                     error_string(code)
                 )));
             }
-            return check(code, self.what).map(|_| true);
+            return check_on(self.comm, code, self.what).map(|_| true);
         }
-        check(code, self.what)?;
+        check_on(self.comm, code, self.what)?;
         self.requests.clear();
         if self.received.is_some() {
             for (status, &expected) in self.statuses.iter().zip(&self.lengths) {
@@ -516,13 +523,13 @@ impl Transport for MpiTransport {
                 &mut request,
             )
         };
-        check(code, "MPI_Isend")?;
+        check_on(comm, code, "MPI_Isend")?;
         let mut backoff = Backoff::new();
         loop {
             let mut flag: c_int = 0;
             // SAFETY: `request` is the live send request made above.
             let code = unsafe { ffi::MPI_Test(&mut request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            check(code, "MPI_Test")?;
+            check_on(comm, code, "MPI_Test")?;
             if flag != 0 {
                 return Ok(());
             }
@@ -616,6 +623,28 @@ impl Transport for MpiTransport {
 
     fn shared(&self) -> Option<&dyn SharedMemory> {
         self.shared.as_ref().ok().map(|s| s as &dyn SharedMemory)
+    }
+
+    /// A probe from any source fails once a process of the communicator has died (ULFM), even
+    /// when nothing is pending with it: so a wait in shared memory, which posts no message,
+    /// learns of it too, and revokes the communicator for the ranks that wait on this one.
+    fn failed(&self) -> Result<()> {
+        let comm = self.raw()?;
+        let mut flag: c_int = 0;
+        // SAFETY: probing a live communicator for a tag nothing sends; `flag` is a live local.
+        let code = unsafe {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                PROGRESS_TAG,
+                comm,
+                &mut flag,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+        match check_on(comm, code, "MPI_Iprobe, while waiting") {
+            Err(error @ CoreError::ProcessFailed(_)) => Err(error),
+            _ => Ok(()),
+        }
     }
 
     fn nodes(&self) -> &Nodes {

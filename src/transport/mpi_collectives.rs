@@ -4,7 +4,7 @@
 use super::environment::{library_version, Family};
 use super::library::{LibraryCollectives, LibraryElement, LibraryOp};
 use super::mpi::MpiTransport;
-use super::mpi_call::{check, in_place};
+use super::mpi_call::{check_on, in_place};
 use super::{message_pieces, Transport};
 use crate::error::{CoreError, Result};
 use mpi::ffi;
@@ -87,7 +87,7 @@ impl LibraryCollectives for MpiTransport {
                     comm,
                 )
             };
-            check(code, "MPI_Allreduce")?;
+            check_on(comm, code, "MPI_Allreduce")?;
         }
         Ok(())
     }
@@ -121,7 +121,7 @@ impl LibraryCollectives for MpiTransport {
                     comm,
                 )
             };
-            check(code, "MPI_Allreduce")?;
+            check_on(comm, code, "MPI_Allreduce")?;
         }
         Ok(())
     }
@@ -163,7 +163,7 @@ impl LibraryCollectives for MpiTransport {
                     ffi::MPI_Reduce(data.cast(), nowhere, count, datatype, op, root, comm)
                 }
             };
-            check(code, "MPI_Reduce")?;
+            check_on(comm, code, "MPI_Reduce")?;
         }
         Ok(())
     }

@@ -108,6 +108,10 @@ impl Transport for View<'_> {
         self.inner.progress()
     }
 
+    fn failed(&self) -> Result<()> {
+        self.inner.failed()
+    }
+
     fn nodes(&self) -> &Nodes {
         &self.nodes
     }

@@ -39,7 +39,7 @@ from .._collectives import allgather as _numpy_allgather
 from .._collectives import broadcast as _numpy_broadcast
 from .._collectives import check_algorithm, check_root
 from .._collectives import reduce_scatter as _numpy_reduce_scatter
-from .._core import MismatchError, RingletError
+from .._core import MismatchError, ProcessFailedError, RingletError
 from .._dtypes import check_op
 from .._gradients import fusion_threshold_bytes
 from .._membership import Place, ProcessSet, place
@@ -60,6 +60,7 @@ __all__ = [
 
 _EXCEPTIONS: dict[str, type[Exception]] = {
     "MismatchError": MismatchError,
+    "ProcessFailedError": ProcessFailedError,
     "RingletError": RingletError,
     "ValueError": ValueError,
     "TypeError": TypeError,

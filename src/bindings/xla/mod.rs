@@ -283,7 +283,7 @@ unsafe fn xla_error(frame: &CallFrame, error: &CoreError) -> *mut Error {
         message: message.as_ptr(),
         errc: match kind {
             PyKind::Value | PyKind::Type => api::CODE_INVALID_ARGUMENT,
-            PyKind::Ringlet | PyKind::Mismatch => api::CODE_INTERNAL,
+            PyKind::Ringlet | PyKind::ProcessFailed | PyKind::Mismatch => api::CODE_INTERNAL,
         },
     };
     // SAFETY: XLA copies the message; `args` lives through the call.
