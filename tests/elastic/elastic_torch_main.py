@@ -5,7 +5,9 @@ test/integration/data/elastic_torch_main.py, rewritten for ringletrun and made e
 Per epoch rank 0 logs one JSON line (epoch, batch, commits, host, rank, size, rendezvous),
 as Horovod's does; at every step it also logs (epoch, batch, size) to LOG.steps, and at the
 end every rank writes its weights to LOG.weights.RANK. --exit-schedule maps "(epoch, batch)"
-to the slots ("host[local_rank]") that fail there, each once (a marker file remembers it)."""
+to the slots ("host[local_rank]") that fail there, each once (a marker file remembers it); a
+job without the driver (ULFM's, under plain mpirun) names its slots by MPI_COMM_WORLD's rank
+("rank[N]"), which stays as ranks die and ringlet's numbering shrinks."""
 
 from __future__ import annotations
 
@@ -37,8 +39,11 @@ args = parser.parse_args()
 
 hvd.init()
 slots = os.environ.get("RINGLET_ELASTIC_SLOTS", "").split(",")
-host, _, local = slots[hvd.rank()].rpartition(":") if slots[0] else ("", "", "0")
-slot = f"{host}[{local}]"
+if slots[0]:
+    host, _, local = slots[hvd.rank()].rpartition(":")
+    slot = f"{host}[{local}]"
+else:
+    host, slot = "", f"rank[{os.environ['OMPI_COMM_WORLD_RANK']}]"
 
 model = exact_model.new_model()
 discovery_schedule = json.loads(args.discovery_schedule)
@@ -62,7 +67,7 @@ def check_exit(epoch: int, batch: int) -> None:
 
 def log_state(state: hvd.elastic.TorchState) -> None:
     line = {"epoch": state.epoch, "batch": state.batch, "commits": state.commits,
-            "hostname": host, "rank": hvd.rank(), "size": hvd.size(),
+            "hostname": host, "rank": hvd.rank(), "size": hvd.size(), "pid": os.getpid(),
             "rendezvous": state.rendezvous}
     with open(args.logfile, "a") as log:
         log.write(json.dumps(line) + "\n")

@@ -12,12 +12,20 @@ Horovod's elastic API, over ringlet's collectives, for any MPI::
 
     train(state)
 
-Started by ``ringletrun --min-np N --max-np M --host-discovery-script S`` (the elastic
-driver), a job that loses a rank or a host is restarted by the driver on the hosts that are
-left, and resumes from the last commit, which rank 0 sent to the driver; a job whose hosts
-change (the discovery script lists others) stops at its next commit and is restarted on the
-new hosts, from that commit. Started any other way, ``run`` runs the function once after
-``sync``, as a job without elastic hosts would, and failures end the job.
+Two mechanisms behind one API:
+
+- Under MPI's fault tolerance (ULFM: Open MPI 5's ``mpirun --with-ft ulfm``), a rank or host
+  that dies makes the survivors' next collective raise ``ProcessFailedError``; they shrink the
+  communicator, set ringlet up again on the ranks left, restore the last commit from memory and
+  go on, in the same job (``_ulfm``).
+- Started by ``ringletrun --min-np N --max-np M --host-discovery-script S`` (the elastic
+  driver) on any other MPI, a job that loses a rank or a host is restarted by the driver on
+  the hosts that are left, and resumes from the last commit, which rank 0 sent to the driver.
+  A job whose hosts change (the discovery script lists others) stops at its next commit and is
+  restarted on the new hosts, from that commit.
+
+Started any other way, ``run`` runs the function once after ``sync``, as a job without elastic
+hosts would, and failures end the job.
 
 ``ringlet.hvd.elastic`` (and ``.torch``, ``.tensorflow``, ``.keras``) publish this under
 Horovod's names, with the framework's state objects.
@@ -34,7 +42,8 @@ from typing import Any, TypeVar
 
 import ringlet
 
-from . import _link, _protocol
+from . import _link, _protocol, _ulfm
+from ._ulfm import on_new_membership
 
 __all__ = [
     "UNDER_DRIVER",
@@ -45,6 +54,7 @@ __all__ = [
     "StateError",
     "driver_link",
     "inside_run",
+    "on_new_membership",
     "refuse_outside_run",
     "run",
 ]
@@ -250,8 +260,7 @@ def run(func: Callable[..., Result]) -> Callable[..., Result]:
         _depth += 1
         try:
             if link is None:
-                state.sync()
-                return func(state, *args, **kwargs)
+                return _run_recovering(state, func, args, kwargs, reset=False)
             return _run_under_driver(link, state, func, args, kwargs)
         finally:
             _depth -= 1
@@ -259,18 +268,38 @@ def run(func: Callable[..., Result]) -> Callable[..., Result]:
     return wrapper
 
 
+def _run_recovering(state: State, func: Callable[..., Result], args: tuple[Any, ...],
+                    kwargs: dict[str, Any], reset: bool) -> Result:
+    """Sync, then run ``func``; under ULFM, after a rank died: shrink, restore the last
+    commit, run the reset callbacks, sync and run it again (Horovod's order), until it
+    returns on every survivor alike."""
+    membership = _ulfm.Membership() if _ulfm.active() else None
+    while True:
+        try:
+            if reset:
+                state.on_reset()
+            state.sync()
+            result = func(state, *args, **kwargs)
+            if membership is not None:
+                membership.agree()
+            return result
+        except ringlet.RingletError as error:
+            if membership is None or not _ulfm.is_process_failure(error):
+                raise
+            state.restore()
+            membership.recover()
+            reset = True
+
+
 def _run_under_driver(link: _link.DriverLink, state: State, func: Callable[..., Result],
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Result:
     state._link = link
-    if link.resumed:
-        if ringlet.rank() == 0:
-            payload = link.fetch()
-            if payload is not None:
-                state.load_snapshot(payload)
-        state.on_reset()
-    state.sync()
+    if link.resumed and ringlet.rank() == 0:
+        payload = link.fetch()
+        if payload is not None:
+            state.load_snapshot(payload)
     try:
-        result = func(state, *args, **kwargs)
+        result = _run_recovering(state, func, args, kwargs, reset=link.resumed)
     except HostsUpdatedInterrupt:
         # The new hosts take over from here: the state as it is, as Horovod carries it on.
         if ringlet.rank() == 0:

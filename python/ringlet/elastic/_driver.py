@@ -11,6 +11,10 @@ When a job ends it decides what comes next:
 - a rank failed (it raised, was killed, or its host went silent): its host is blacklisted,
   and the next job runs on the hosts left, from the last commit the driver holds.
 
+Under ULFM (``ElasticSettings.ulfm``) a rank that dies does not end its job: its host is
+blacklisted, the reset counted, and the survivors go on; the job is restarted only when hosts
+are added (the new ranks join at a restart), or when fewer than ``--min-np`` ranks are left.
+
 It ends the run with an error when fewer than ``--min-np`` slots stay available for longer
 than the elastic timeout, when every rank failed, when every host is blacklisted, or when the
 next job would pass ``--reset-limit``.
@@ -80,6 +84,10 @@ class ElasticSettings:
     reset_limit: int | None = None
     cooldown: tuple[float, float] | None = None
     verbose: bool = False
+    ulfm: bool = False
+    """The jobs run under ULFM (Open MPI 5's ``--with-ft ulfm``): a rank that dies is left
+    behind, its host blacklisted, and the survivors go on in the same job; only a change of
+    hosts (or fewer than ``min_np`` ranks left) restarts it."""
 
     def __post_init__(self) -> None:
         if self.min_np < 1:
@@ -108,6 +116,8 @@ class _Rank:
     bye: Bye | None = None
     closed_at: float | None = None
     connection: Connection | None = None
+    dead: bool = False
+    """Died and left behind, the survivors going on without it (ULFM)."""
 
 
 @dataclass
@@ -125,6 +135,10 @@ class _Job:
     hosts_in_output: set[str] = field(default_factory=set)
     notified_for: list[Slot] | None = None
     """The slots the ranks were last told the hosts changed to."""
+
+    def live_slots(self) -> list[Slot]:
+        """The slots of the ranks that have not died (all of them but under ULFM)."""
+        return [rank.slot for rank in self.ranks.values() if not rank.dead]
 
 
 class _Store:
@@ -165,6 +179,9 @@ class _Driver:
         self.port = self.listener.address[1]
         self.closed = False
         self.last_found: Hosts = {}
+        self.resets = 0
+        self.fatal: ElasticError | None = None
+        """Why the running job was ended and the run cannot go on (ULFM's reset limit)."""
         threading.Thread(target=self._accept, name="ringlet-elastic-accept", daemon=True).start()
 
     def say(self, text: str) -> None:
@@ -313,8 +330,11 @@ class _Driver:
         try:
             ending_since: float | None = None
             while process.poll() is None:
+                if self.settings.ulfm:
+                    self._leave_the_dead_behind(job, process)
                 self._watch_hosts(job)
-                ending_since = self._end_if_a_rank_died(job, process, ending_since)
+                if not self.settings.ulfm:
+                    ending_since = self._end_if_a_rank_died(job, process, ending_since)
                 try:
                     process.wait(min(DISCOVERY_SECONDS, 0.25))
                 except subprocess.TimeoutExpired:
@@ -353,6 +373,42 @@ class _Driver:
                 pass
         return since
 
+    def _leave_the_dead_behind(self, job: _Job, process: subprocess.Popen) -> None:
+        """Under ULFM: a rank whose connection closed without a word has died, and the
+        survivors go on without it. Its host is blacklisted (its other ranks go on to the end
+        of the job, but no new one starts there), and each death is a reset: past the reset
+        limit the job is ended. With fewer than ``min_np`` ranks left, the ranks are told to
+        stop at their next commit, to be restarted when enough slots are found."""
+        with self.lock:
+            died = [r for r, k in job.ranks.items()
+                    if k.pid and k.bye is None and k.closed_at is not None and not k.dead]
+            for r in died:
+                job.ranks[r].dead = True
+            live = len(job.live_slots())
+        if not died:
+            return
+        for r in died:
+            slot = job.ranks[r].slot
+            self.blacklist.add(slot.host)
+            self.say(f"rank {r} ({slot.host}[{slot.local_rank}]) of job {job.generation} died; "
+                     f"the {live} left go on without it (ULFM); blacklisted: {slot.host}")
+            limit = self.settings.reset_limit
+            if limit is not None and self.resets >= limit:
+                self.fatal = ElasticError(RESET_LIMIT_MESSAGE.format(limit=limit))
+                self._end(process)
+                return
+            self.resets += 1
+        if live < self.settings.min_np:
+            self.say(f"{live} ranks left, fewer than --min-np {self.settings.min_np}: the job "
+                     "stops at its next commit")
+            self.notify(job, removed_only=True)
+
+    def _end(self, process: subprocess.Popen) -> None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
     def _relay(self, stream: Any, sink: TextIO, job: _Job) -> None:
         for line in stream:
             sink.write(line)
@@ -371,9 +427,17 @@ class _Driver:
         if sum(hosts.values()) < self.settings.min_np:
             return  # Horovod too waits for enough slots before it tells the ranks
         slots = assign(hosts, list(job.hosts), self.settings.max_np)
-        if slots == job.slots:
+        current = job.slots
+        if self.settings.ulfm:
+            # The ranks left behind are gone already, and those on a blacklisted host go on
+            # until the job ends: neither is a change to stop for.
+            with self.lock:
+                current = [s for s in job.live_slots() if not self.blacklist.excludes(s.host)]
+            if set(slots) == set(current):
+                return
+        if slots == current:
             return
-        removed_only = set(slots) < set(job.slots)
+        removed_only = set(slots) < set(current)
         if job.notified_for != slots:
             job.notified_for = slots
             self.say(f"hosts changed: {_describe_hosts(count_hosts(slots))}; the job stops at its "
@@ -426,16 +490,17 @@ class _Driver:
         hosts = self.wait_for_slots(settings.np, first=True)
         previous: list[str] = []
         generation = 0
-        resets = 0
         while True:
             generation += 1
             slots = assign(hosts, previous, settings.max_np)
             job = _Job(generation, slots, count_hosts(slots))
             code = self.run_job(job)
+            if self.fatal is not None:
+                raise self.fatal
             with self.lock:
-                byes = [r.bye for r in job.ranks.values()]
+                byes = [r.bye for r in job.ranks.values() if not r.dead]
                 said_hello = any(r.pid for r in job.ranks.values())
-            if code == 0 and all(b is not None and b.reason == "done" for b in byes):
+            if code == 0 and byes and all(b is not None and b.reason == "done" for b in byes):
                 return 0
             if code == 0 and not said_hello:
                 return 0  # a program that does not use elastic.run: nothing to resume
@@ -461,9 +526,9 @@ class _Driver:
                 if not found and self.blacklist.soonest_return() is None:
                     raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
                                        "\n(every host is blacklisted)")
-            if settings.reset_limit is not None and resets >= settings.reset_limit:
+            if settings.reset_limit is not None and self.resets >= settings.reset_limit:
                 raise ElasticError(RESET_LIMIT_MESSAGE.format(limit=settings.reset_limit))
-            resets += 1
+            self.resets += 1
             previous = list(job.hosts)
             hosts = self.wait_for_slots(settings.min_np, first=False)
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import ringlet
+import ringlet.elastic
 
 from . import _negotiation
 from ._collectives import Collectives
@@ -98,6 +99,30 @@ def start(comm: Any, process_sets: Any, default_matching: str) -> None:
             state.added[chosen.id] = ps
 
     collectively("init", add)
+
+
+class _Recovery:
+    """What ``ringlet.hvd`` builds on ringlet's communicator, dropped when a rank has died
+    and built again on the survivors' (``ringlet.elastic``'s ULFM recovery), as Horovod's
+    ``shutdown()`` then ``init()`` at a reset: name matching's negotiation, process sets,
+    names in flight."""
+
+    matching_by_name = False
+
+    @classmethod
+    def leaving(cls) -> None:
+        cls.matching_by_name = state.matching_by_name()
+        state.stop_negotiation()
+        state.forget()
+
+    @classmethod
+    def joined(cls) -> None:
+        ringlet.selector.prepare()
+        if cls.matching_by_name:
+            state.start_negotiation(run_fused)
+
+
+ringlet.elastic.on_new_membership(_Recovery.leaving, _Recovery.joined)
 
 
 class Horovod(Collectives):

@@ -412,10 +412,13 @@ class Negotiator:
     def stop(self) -> None:
         """Stop negotiating on every rank (each rank calls it; ``hvd.shutdown`` and the end of
         the program do). Requests that have not run raise on every rank."""
-        if self._stopped or not self._thread.is_alive():
+        if not self._thread.is_alive():
             return
-        with self._lock:
-            self._shutting_down = True
+        if not self._stopped:
+            with self._lock:
+                self._shutting_down = True
+        # Stopped by a failure, the thread may still be on its way out: wait for it too, so
+        # that ringlet's own collectives are let through again once this returns.
         self._poke()
         if threading.current_thread() is not self._thread:
             self._thread.join()

@@ -1,0 +1,61 @@
+"""ringletrun's elastic driver on Open MPI 5 with ULFM: it launches with ``--with-ft ulfm``, a
+rank that dies is left behind (its host blacklisted, the reset counted) while the survivors go
+on in the same job, hosts that appear join at a restart, and the reset limit and the minimum
+number of ranks still end the run with a clear error. tests/elastic's scenario harness and
+training script (the final weights checked against the single-process replay); ``localhost``
+and ``127.0.0.1`` are two hosts of this machine, as in Horovod's tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "elastic")]
+
+import test_elastic_scenarios as scenarios  # noqa: E402
+from ulfm_common import require_ulfm  # noqa: E402
+
+TWO_HOSTS = scenarios.TWO_HOSTS
+
+require_ulfm()
+
+
+def test_a_killed_rank_is_left_behind_and_the_job_goes_on(tmp_path: Path) -> None:
+    done, results = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["127.0.0.1[0]"]},
+                                  exit_mode="kill", np=4, hosts=",".join(TWO_HOSTS))
+    assert done.returncode == 0, scenarios.output(done)
+    assert [r["size"] for r in results] == [4, 3, 3], scenarios.output(done)
+    assert [r["rendezvous"] for r in results] == [1, 2, 2]
+    assert len({r["pid"] for r in results}) == 1, "the job was restarted"
+    assert "died; the 3 left go on without it (ULFM); blacklisted: 127.0.0.1" in done.stderr
+    assert "job 2" not in done.stderr
+    scenarios.check_weights(tmp_path, 3)
+
+
+def test_hosts_added_join_at_a_restart(tmp_path: Path) -> None:
+    schedule = [(0, ["localhost:2"]), (None, TWO_HOSTS)]
+    done, results = scenarios.run(tmp_path, schedule, np=2, min_np=2, max_np=4)
+    assert done.returncode == 0, scenarios.output(done)
+    assert [r["size"] for r in results] == [2, 4, 4], scenarios.output(done)
+    assert [r["rendezvous"] for r in results] == [1, 2, 2]
+    scenarios.check_weights(tmp_path, 4)
+
+
+def test_the_reset_limit_ends_the_run(tmp_path: Path) -> None:
+    done, _ = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["127.0.0.1[0]"]},
+                            exit_mode="kill", np=4, hosts=",".join(TWO_HOSTS), reset_limit=0)
+    assert done.returncode != 0, scenarios.output(done)
+    assert "number of resets during the elastic job exceeded its limit: 0" in done.stderr
+
+
+def test_fewer_ranks_than_min_np_stop_and_time_out(tmp_path: Path) -> None:
+    """The survivor stops at the commit after the driver's notice (the epoch's wait lets the
+    notice arrive first), and no second host comes."""
+    done, _ = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["127.0.0.1[0]"]},
+                            exit_mode="kill", np=2, min_np=2,
+                            hosts="localhost:1,127.0.0.1:1", timeout_s=3, epoch_wait=2,
+                            seconds=120)
+    assert done.returncode != 0, scenarios.output(done)
+    assert "1 ranks left, fewer than --min-np 2: the job stops at its next commit" in done.stderr
+    assert "timed out after 3 s waiting for 2 slots" in done.stderr
