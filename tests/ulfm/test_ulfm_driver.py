@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "elastic")]
 
@@ -33,6 +35,7 @@ def test_a_killed_rank_is_left_behind_and_the_job_goes_on(tmp_path: Path) -> Non
     scenarios.check_weights(tmp_path, 3)
 
 
+@pytest.mark.heavy
 def test_hosts_added_join_at_a_restart(tmp_path: Path) -> None:
     schedule = [(0, ["localhost:2"]), (None, TWO_HOSTS)]
     done, results = scenarios.run(tmp_path, schedule, np=2, min_np=2, max_np=4)
@@ -42,6 +45,7 @@ def test_hosts_added_join_at_a_restart(tmp_path: Path) -> None:
     scenarios.check_weights(tmp_path, 4)
 
 
+@pytest.mark.heavy
 def test_the_reset_limit_ends_the_run(tmp_path: Path) -> None:
     done, _ = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["127.0.0.1[0]"]},
                             exit_mode="kill", np=4, hosts=",".join(TWO_HOSTS), reset_limit=0)

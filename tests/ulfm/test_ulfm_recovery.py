@@ -27,7 +27,7 @@ import exact_model  # noqa: E402
 from ulfm_common import BIN, require_ulfm  # noqa: E402
 
 TORCH_SCRIPT = HERE.parent / "elastic" / "elastic_torch_main.py"
-SHM_SCRIPT = HERE / "shm_kill_main.py"
+FAULTS_SCRIPT = HERE / "allreduce_faults_main.py"
 BATCHES_PER_EPOCH = 4
 MPIRUN = BIN / "mpirun"
 
@@ -86,6 +86,7 @@ def test_a_killed_rank_is_survived_in_the_same_job(tmp_path: Path) -> None:
     check_weights(tmp_path, 2)
 
 
+@pytest.mark.heavy
 def test_rank_0_killed(tmp_path: Path) -> None:
     """The new rank 0 (world rank 1) has the last commit in memory, and broadcasts it."""
     done, epochs = train(tmp_path, 3, {"(0, 3)": ["rank[0]"]})
@@ -95,6 +96,7 @@ def test_rank_0_killed(tmp_path: Path) -> None:
     check_weights(tmp_path, 2)
 
 
+@pytest.mark.heavy
 def test_two_ranks_killed_one_after_the_other(tmp_path: Path) -> None:
     done, epochs = train(tmp_path, 4, {"(0, 1)": ["rank[1]"], "(1, 3)": ["rank[3]"]})
     assert done.returncode == 0, output(done)
@@ -110,7 +112,7 @@ def test_a_rank_killed_inside_the_shared_memory_allreduce(tmp_path: Path, victim
     the middle of it: both survivors raise from that allreduce at once, recover, and every
     later result is the exact sum over the two of them (fresh segments; the dead rank's is
     never read again)."""
-    done = launch(tmp_path, 3, SHM_SCRIPT, "--victim", str(victim), "--kill-at", "2")
+    done = launch(tmp_path, 3, FAULTS_SCRIPT, "--victim", str(victim), "--kill-at", "2")
     assert done.returncode == 0, output(done)
     steps = lines(tmp_path / "log")
     assert [s["step"] for s in steps] == list(range(6)), output(done)
