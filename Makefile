@@ -34,7 +34,8 @@
 #   make test-openmpi5          all of the below
 #   make test-openmpi5-quick    the Python suite at 2 ranks under its mpirun (make test runs it)
 #   make test-openmpi5-single   that, ringletrun, jupyter.start and the launcher tests
-#   make test-openmpi5-cluster  the emulated cluster at one layout, engines across hosts
+#   make test-openmpi5-cluster  the emulated cluster at one layout, engines across hosts, and
+#                               ULFM's faults across hosts (tests/cluster/test_ulfm_cluster.py)
 #   make test-ulfm              elastic training under ULFM (--with-ft ulfm): ranks killed, the
 #                               survivors go on in the same job (make test runs it)
 #
@@ -496,11 +497,11 @@ test-openmpi5-single: $(OMPI5_STAMP)
 		env -u OMPI_MCA_rmaps_base_oversubscribe -u PRTE_MCA_rmaps_default_mapping_policy \
 		$(OMPI5_VENV)/bin/ringletrun --verbose -np 3 $(OMPI5_PYTHON) examples/quickstart.py
 
-# Without the fault tests: they read Open MPI 4.x's messages and look for its orted (not yet
-# ported to PRRTE's).
+# With ULFM's fault tests (test_ulfm_cluster.py) in place of 4.x's, which read Open MPI 4.x's
+# messages and look for its orted.
 test-openmpi5-cluster: $(OMPI5_STAMP)
 	$(OMPI5_ENV) PYTHON=$(OMPI5_PYTHON) bash tests/cluster/run.sh --layout "uneven 2+1+3" \
-		--no-faults
+		--ulfm
 
 clean:
 	rm -rf build target dist $(sort .venv .venv-mpich .venv-ompi5 $(VENV))

@@ -6,6 +6,8 @@
 #   tests/cluster/run.sh --all    every layout (make test-cluster)
 #   tests/cluster/run.sh --layout NAME   that layout only ("uneven 2+1+3")
 #   ... --no-faults                        without test_faults.py (Open MPI 4.x's messages only)
+#   ... --ulfm                             the faults under Open MPI 5 with ULFM instead
+#                                          (test_ulfm_cluster.py; $PYTHON from .venv-ompi5)
 #
 # The MPI is the first mpirun on PATH (Open MPI 4.x, or 5 from a venv: make test-openmpi5), the
 # Python $PYTHON (default .venv's).
@@ -34,7 +36,7 @@ MORE=(
   "uneven 3+2, round-robin|-n 5 --host $H.10:3,$H.11:2 --map-by node"
 )
 layouts=("${QUICK[@]}")
-all=0 faults=1
+all=0 faults=1 ulfm=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --all) all=1; layouts+=("${MORE[@]}"); shift ;;
@@ -48,7 +50,8 @@ while [[ $# -gt 0 ]]; do
       layouts=("${chosen[@]}")
       shift 2 ;;
     --no-faults) faults=0; shift ;;
-    *) echo "usage: $0 [--all | --layout NAME] [--no-faults]" >&2; exit 2 ;;
+    --ulfm) ulfm=1; shift ;;
+    *) echo "usage: $0 [--all | --layout NAME] [--no-faults | --ulfm]" >&2; exit 2 ;;
   esac
 done
 
@@ -149,10 +152,11 @@ if [[ $faults -eq 1 ]]; then
   echo "=== cluster, faults across hosts"
   fault_selection=(-k "cut_off or killed or cache or host_killed_mid_training")
   [[ $all -eq 1 ]] && fault_selection=()
+  fault_files=(tests/cluster/test_faults.py tests/cluster/test_elastic_cluster.py)
+  [[ $ulfm -eq 1 ]] && fault_files=(tests/cluster/test_ulfm_cluster.py) && fault_selection=()
   faults_status=0
   faults_out=$(timeout -k 10 700 "$PYTHON" -m pytest -q -rA --color=no -p no:cacheprovider \
-    tests/cluster/test_faults.py tests/cluster/test_elastic_cluster.py "${fault_selection[@]}" \
-    2>&1) || faults_status=$?
+    "${fault_files[@]}" "${fault_selection[@]}" 2>&1) || faults_status=$?
   echo "$faults_out" | grep -E "^(mpirun ended|left running|[0-9]+ stall)|passed|failed|error" \
     || true
   # Only "N passed" (and the deselected, under -k) counts: a skip would not be a pass.

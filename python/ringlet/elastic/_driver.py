@@ -57,6 +57,10 @@ DEFAULT_TIMEOUT = 600.0
 DIED_GRACE = 1.0
 """Seconds between a rank's death and the driver ending its job (the launcher's own report of
 which process died usually comes first)."""
+LEFT_BEHIND_GRACE = 2.0
+"""Under ULFM: how long a rank must have been dead, its job still running, to count as left
+behind. A job that ends closes all its ranks' connections within that time; PRRTE, which
+cannot survive a lost host (its daemon), ends the job too."""
 SILENT_SECONDS = 5.0
 """After the launcher has exited, how long a rank's connection may stay open before its host
 counts as lost (a host whose link is down never closes it)."""
@@ -157,8 +161,9 @@ _RANK_PATTERNS = (
     re.compile(r"RANK (\d+) PID \d+ RUNNING AT"),
 )
 _PID_PATTERNS = (re.compile(r"PID (\d+) RUNNING AT"),)
-# What Open MPI prints about a host whose daemon it lost.
+# What Open MPI prints about a host whose daemon it lost (4.x's ORTE, 5's PRRTE).
 _HOST_PATTERNS = (re.compile(r"Remote daemon: \[\[\d+,\d+\],\d+\] on node (\S+)"),
+                  re.compile(r"Remote daemon: \[\S+@\d+,\d+\] on node (\S+)"),
                   re.compile(r"lost communication with a remote daemon.*?on node (\S+)"))
 
 
@@ -379,9 +384,15 @@ class _Driver:
         of the job, but no new one starts there), and each death is a reset: past the reset
         limit the job is ended. With fewer than ``min_np`` ranks left, the ranks are told to
         stop at their next commit, to be restarted when enough slots are found."""
+        if job.hosts_in_output:
+            return  # the launcher lost a host's daemon: the whole job is ending
+        now = time.monotonic()
         with self.lock:
             died = [r for r, k in job.ranks.items()
-                    if k.pid and k.bye is None and k.closed_at is not None and not k.dead]
+                    if k.pid and k.bye is None and k.closed_at is not None and not k.dead
+                    and now - k.closed_at >= LEFT_BEHIND_GRACE]
+            if process.poll() is not None:
+                return  # the job ended: what comes next is run()'s to decide
             for r in died:
                 job.ranks[r].dead = True
             live = len(job.live_slots())
