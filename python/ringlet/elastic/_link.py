@@ -5,6 +5,12 @@ state). Rank 0 hands each commit to a second thread, which serializes it and sen
 driver: the training thread never waits for either. The latest commit wins: one that arrives
 while the previous is still on its way replaces the one waiting behind it, so the driver
 holds a recent commit (never a torn one) and a restart repeats the steps since.
+
+Shipping is paced: a large state (a model of tens of MiB serializes and sends in a quarter
+of a second) committed at every step would keep a core busy on rank 0's host. After a commit
+that took T seconds to ship, the next waits until ``T / SHIPPING_SHARE`` seconds have passed
+(the latest commit still wins meanwhile), unless the job stops for new hosts, which ships at
+once; so a restart repeats at most that much more.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -20,7 +27,26 @@ from typing import Any
 from . import _protocol
 from ._protocol import Ack, Bye, Commit, Fetch, Hello, HostsUpdated, Stored
 
-__all__ = ["DriverLink", "link"]
+__all__ = ["SHIPPING_SHARE", "DriverLink", "link"]
+
+
+def _shipping_share() -> float:
+    text = os.environ.get("RINGLET_ELASTIC_SHIPPING_SHARE", "0.05")
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise ValueError(f"RINGLET_ELASTIC_SHIPPING_SHARE={text!r}: give the share of the time "
+                         "that shipping commits to the elastic driver may take, above 0 and at "
+                         "most 1 (1: every commit at once)")
+    return share
+
+
+SHIPPING_SHARE = _shipping_share()
+"""At most this share of the time goes to shipping commits to the driver (see above)."""
+UNPACED_SECONDS = 0.01
+"""Commits that ship within this time are never held back (small states cost nothing)."""
 
 
 class DriverLink:
@@ -41,6 +67,7 @@ class DriverLink:
         self._send_lock = threading.Lock()
         self._waiting: Callable[[], bytes] | None = None
         self._sending = False
+        self._urgent = False
         self._reader = threading.Thread(target=self._read, name="ringlet-elastic-link",
                                         daemon=True)
         self._reader.start()
@@ -79,6 +106,7 @@ class DriverLink:
             self._sent += 1
             sequence = self._sent
             self._waiting = serialize
+            self._urgent = self._urgent or wait
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_commits, daemon=True,
                                                 name="ringlet-elastic-commits")
@@ -96,6 +124,7 @@ class DriverLink:
                     self._lock.wait(1.0)
                 serialize, self._waiting = self._waiting, None
                 sequence = self._sent
+            started = time.monotonic()
             try:
                 payload = serialize()
             except Exception as error:  # a state that changed under the thread: say so, go on
@@ -108,6 +137,11 @@ class DriverLink:
                 return
             with self._lock:
                 self._wait_for(lambda done=sequence: self._acked >= done or self._closed)
+                took = time.monotonic() - started
+                if took > UNPACED_SECONDS:
+                    self._lock.wait_for(lambda: self._urgent or self._closed,
+                                        timeout=took / SHIPPING_SHARE - took)
+                self._urgent = False
 
     def stored(self) -> int:
         """The sequence number of the last commit the driver has stored."""
