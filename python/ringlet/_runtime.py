@@ -244,6 +244,12 @@ def _python_still_runs() -> bool:
     return True
 
 
+def parent_communicator() -> Any:
+    """The mpi4py communicator ringlet's was duplicated from (``init``'s ``comm``), or None
+    for MPI_COMM_WORLD (or before ``init``)."""
+    return _user_comm
+
+
 def is_initialized() -> bool:
     """Whether ``ringlet.init()`` has run in this process (and ``shutdown()`` has not)."""
     return _core.is_initialized()

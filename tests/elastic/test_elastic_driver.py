@@ -17,9 +17,10 @@ from ringlet.elastic._hosts import Blacklist, DiscoveryError, Slot, assign
 RINGLETRUN = [sys.executable, "-m", "ringlet.run"]
 
 
-def ringletrun(*args: str, seconds: float = 60) -> subprocess.CompletedProcess:
+def ringletrun(*args: str, seconds: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*RINGLETRUN, *args], capture_output=True, text=True,
-                          timeout=seconds, env=os.environ)
+                          timeout=seconds, env={**os.environ, **(env or {})})
 
 
 def script(tmp_path: Path, body: str) -> str:
@@ -153,3 +154,19 @@ def test_a_collective_outside_elastic_run_is_refused_and_ends_the_run(tmp_path: 
         done.stderr
     assert "before any rank reached elastic.run: nothing to recover" in done.stderr, done.stderr
     assert "job 2" not in done.stderr  # not restarted
+
+
+def test_without_ulfm_the_driver_restarts_and_refuses_to_be_told_otherwise() -> None:
+    """On this MPI (Open MPI 4.1, no ULFM) the mechanism is the restart: no --with-ft in the
+    job's command; RINGLET_ELASTIC_MECHANISM=ulfm is refused, and so is a misspelled value."""
+    args = ["--dry-run", "-np", "2", "--min-np", "2", "-H", "localhost:2", "python", "t.py"]
+    done = ringletrun(*args)
+    assert done.returncode == 0 and "--with-ft" not in done.stdout, done
+    done = ringletrun(*args, env={"RINGLET_ELASTIC_MECHANISM": "ulfm"})
+    assert done.returncode == 2, done
+    assert "RINGLET_ELASTIC_MECHANISM=ulfm, but" in done.stderr, done.stderr
+    assert "has no ULFM" in done.stderr, done.stderr
+    done = ringletrun(*args, env={"RINGLET_ELASTIC_MECHANISM": "ulfn"})
+    assert done.returncode == 2, done
+    assert "RINGLET_ELASTIC_MECHANISM='ulfn': use auto, ulfm or restart" in done.stderr
+

@@ -7,6 +7,8 @@ and ``127.0.0.1`` are two hosts of this machine, as in Horovod's tests."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +23,17 @@ from ulfm_common import require_ulfm  # noqa: E402
 TWO_HOSTS = scenarios.TWO_HOSTS
 
 require_ulfm()
+
+
+def test_the_driver_turns_ulfm_on_unless_told_to_restart() -> None:
+    args = [sys.executable, "-m", "ringlet.run", "--dry-run", "-np", "2", "--min-np", "2",
+            "-H", "localhost:2", "python", "t.py"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done
+    assert "--with-ft ulfm --mca osc ^ucx" in done.stdout, done.stdout
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RINGLET_ELASTIC_MECHANISM": "restart"})
+    assert done.returncode == 0 and "--with-ft" not in done.stdout, done.stdout
 
 
 def test_a_killed_rank_is_left_behind_and_the_job_goes_on(tmp_path: Path) -> None:
@@ -63,3 +76,18 @@ def test_fewer_ranks_than_min_np_stop_and_time_out(tmp_path: Path) -> None:
     assert done.returncode != 0, scenarios.output(done)
     assert "1 ranks left, fewer than --min-np 2: the job stops at its next commit" in done.stderr
     assert "timed out after 3 s waiting for 2 slots" in done.stderr
+
+
+@pytest.mark.heavy
+def test_a_rank_that_raises_ends_the_job_and_the_driver_restarts_without_its_host(
+        tmp_path: Path) -> None:
+    """An exception is not a process failure: the rank aborts the job (as on any MPI), and
+    the driver restarts it on the other host, from the last commit (Horovod's semantics)."""
+    done, results = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["localhost[0]"]},
+                                  exit_mode="exception", np=4, hosts=",".join(TWO_HOSTS))
+    assert done.returncode == 0, scenarios.output(done)
+    assert [r["size"] for r in results] == [4, 2, 2], scenarios.output(done)
+    assert [r["rendezvous"] for r in results] == [1, 2, 2]
+    assert "blacklisted: localhost" in done.stderr
+    scenarios.check_weights(tmp_path, 2)
+

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ringlet
+from ringlet import _runtime
 
 __all__ = ["FT_ENABLED", "Membership", "active", "is_process_failure", "on_new_membership"]
 
@@ -57,7 +58,8 @@ def is_process_failure(error: BaseException) -> bool:
 
 
 class Membership:
-    """The communicator ringlet was made from: MPI_COMM_WORLD, then each shrunk one."""
+    """The communicator ringlet was made from (``init``'s, or MPI_COMM_WORLD), then each
+    shrunk one."""
 
     def __init__(self) -> None:
         self._parent: Any = None
@@ -67,7 +69,7 @@ class Membership:
         from mpi4py import MPI
 
         if self._parent is None:
-            self._parent = MPI.COMM_WORLD
+            self._parent = _runtime.parent_communicator() or MPI.COMM_WORLD
             # Shrinking and agreeing report failures as errors, not by aborting the job.
             self._parent.Set_errhandler(MPI.ERRORS_RETURN)
         return self._parent
