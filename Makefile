@@ -37,7 +37,8 @@
 #   make test-openmpi5-cluster  the emulated cluster at one layout, engines across hosts, and
 #                               ULFM's faults across hosts (tests/cluster/test_ulfm_cluster.py)
 #   make test-ulfm              elastic training under ULFM (--with-ft ulfm): ranks killed, the
-#                               survivors go on in the same job (make test runs it)
+#                               survivors go on in the same job; and the restart with ULFM off
+#                               (make test runs it)
 #
 # An emulated cluster on this machine (root; network namespaces on a bridge, each host's link
 # shaped by tc tbf; tools/emulated_cluster.sh says what it models and what not):
@@ -419,6 +420,8 @@ mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
 		tests/collectives/test_allreduce.py $(MPI_OTHER_MPI_SLICE)
+	RINGLET_TEST_EXPECT_MPI=MPICH $(PYTHON) -m pytest -q --color=no -p no:cacheprovider \
+		tests/elastic/test_elastic_other_mpis.py
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
@@ -486,6 +489,9 @@ test-openmpi5-quick: $(OMPI5_STAMP)
 # in the same job (tests/ulfm launches its jobs itself, with this venv's mpirun).
 test-ulfm: $(OMPI5_STAMP)
 	$(OMPI5_ENV) $(OMPI5_PYTHON) -m pytest -q --color=no -p no:cacheprovider tests/ulfm
+	$(OMPI5_ENV) RINGLET_ELASTIC_MECHANISM=restart RINGLET_TEST_EXPECT_MPI="Open MPI v5" \
+		$(OMPI5_PYTHON) -m pytest -q --color=no -p no:cacheprovider \
+		tests/elastic/test_elastic_other_mpis.py
 
 # ringletrun without the variables that oversubscribe by themselves: 3 ranks on this machine's
 # cores only if it spells 5's oversubscription itself (quickstart checks every result).
