@@ -160,9 +160,10 @@ impl<T: Transport> Communicator<T> {
     }
 
     /// Whether every other rank has left this communicator too, as far as the notices that
-    /// have arrived tell (it takes them from the transport).
+    /// have arrived tell (it takes them from the transport); or whether it has lost a process
+    /// (ULFM), after which no notice comes: nothing is left to wait for.
     pub fn all_others_departed(&self) -> bool {
-        self.inspector.all_others_departed(&self.transport)
+        self.inspector.all_others_departed(&self.transport) || self.transport.failed().is_err()
     }
 }
 
