@@ -1,9 +1,10 @@
 """Elastic training across the emulated cluster's hosts (tools/emulated_cluster.sh, 4 hosts x 2
 ranks, brought up by tests/cluster/run.sh): ringletrun's elastic driver on host 0 runs
 tests/elastic's training script; a whole host is killed mid-training (its daemon and both its
-ranks, SIGKILL); the driver blacklists it and restarts the job on the three hosts left, from
-the last commit. Checks how soon training resumes, the world sizes, and the final weights
-against the single-process replay. Plain pytest on this machine (root; not under mpirun)."""
+ranks, SIGKILL), or its link is cut (make test-cluster only); the driver blacklists it and
+restarts the job on the three hosts left, from the last commit. Checks how soon training
+resumes, the world sizes, and the final weights against the single-process replay. Plain
+pytest on this machine (root; not under mpirun)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "elastic"))
 
 import exact_model  # noqa: E402
-from test_faults import CLUSTER, SHAPE, network_options  # noqa: E402
+from test_faults import CLUSTER, SHAPE, network_options, on_host  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "elastic" / "elastic_torch_main.py"
 HOSTS = [f"10.77.0.{10 + h}" for h in range(4)]
 KILLED = 3
+CUT = 3
+TRAIN = SCRIPT
 BATCHES_PER_EPOCH = 4
 
 
@@ -122,3 +125,68 @@ def test_a_host_killed_mid_training_leaves_the_others_training_from_the_last_com
     replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
                                 BATCHES_PER_EPOCH)
     assert replay == next(iter(weights.values()))
+
+
+def cut_a_link_under_the_driver(tmp_path: Path) -> str:
+    """Host 3's link cut (``ip link set eth0 down``) after two epochs of the driver's job of
+    4 hosts x 2: the launcher loses the host (TCP keepalive, 10-15 s) and the job ends; the
+    driver blacklists the host whose ranks stayed silent and restarts on the three left,
+    from the last commit. Checks the sizes, the restart and the weights against the replay;
+    returns the driver's output."""
+    logfile = tmp_path / "log"
+    command = [str(CLUSTER), "on", "0", sys.executable, "-m", "ringlet.run", "--verbose",
+               "-np", "8", "--min-np", "4", "-H", ",".join(f"{h}:2" for h in HOSTS),
+               "--mpi-args", " ".join(network_options()),
+               sys.executable, str(TRAIN), "--logfile", str(logfile), "--epochs", "6",
+               "--epoch-wait", "1", "--batches-per-epoch", str(BATCHES_PER_EPOCH)]
+    output = open(tmp_path / "driver.out", "w")
+    driver = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                              env={**os.environ, "RINGLET_ELASTIC_DISCOVERY_INTERVAL": "0.5"},
+                              start_new_session=True)
+    said = lambda: (tmp_path / "driver.out").read_text()  # noqa: E731
+    try:
+        deadline = time.monotonic() + 180
+        while not (logfile.exists() and len(logfile.read_text().splitlines()) >= 2):
+            assert driver.poll() is None, said()
+            assert time.monotonic() < deadline, said()
+            time.sleep(0.2)
+        on_host(CUT, "ip", "link", "set", "eth0", "down")
+        cut = time.monotonic()
+        steps, resumed = tmp_path / "log.steps", None
+        while driver.poll() is None and time.monotonic() < cut + 240:
+            if resumed is None and any(json.loads(s)[2] == 6
+                                       for s in steps.read_text().splitlines()):
+                resumed = time.monotonic() - cut
+            time.sleep(0.1)
+        assert driver.poll() == 0, said()
+    finally:
+        on_host(CUT, "ip", "link", "set", "eth0", "up")
+        for pid in session_pids(driver.pid) + [p for h in range(4)
+                                               for p in job_processes_on(h, logfile)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        output.close()
+    print(f"training resumed {resumed} s after host {CUT}'s link was cut", flush=True)
+    text = said()
+    assert "job 1 failed" in text and f"blacklisted: {HOSTS[CUT]}" in text, text
+    assert "job 2: 6 ranks" in text, text
+    assert resumed is not None, text
+    sizes = [json.loads(line)["size"] for line in logfile.read_text().splitlines()]
+    assert sizes[:2] == [8, 8] and sizes[-1] == 6 and len(sizes) == 6, sizes
+    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
+    assert len(weights) == 6 and len(set(weights.values())) == 1, weights
+    last: dict[tuple[int, int], int] = {}
+    for line in steps.read_text().splitlines():
+        epoch, batch, world = json.loads(line)
+        last[epoch, batch] = world
+    replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
+                                BATCHES_PER_EPOCH)
+    assert replay == next(iter(weights.values()))
+    return text
+
+
+def test_a_link_cut_mid_training_restarts_on_the_hosts_left(tmp_path: Path) -> None:
+    said = cut_a_link_under_the_driver(tmp_path)
+    assert "--with-ft" not in said, said  # the restart mechanism: no ULFM on this MPI
