@@ -142,3 +142,4 @@ def test_survivors_can_shrink_and_set_ringlet_up_again_by_hand(tmp_path: Path) -
         assert report["seconds"] < 1.0, report
         assert report["size"] == 2
         assert report["after"] == [1 + 3] * 3, report
+        assert "process set 1 does not exist (it was removed" in report["old_set"], report
