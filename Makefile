@@ -420,8 +420,8 @@ mpich-quick-slice: setup
 	$(MPIRUN) -n 2 $(PYTHON) examples/quickstart.py
 	$(PYTHON) tests/run_mpi_suite.py --launcher $(MPIRUN) --sizes 2 -q --color=no \
 		tests/collectives/test_allreduce.py $(MPI_OTHER_MPI_SLICE)
-	RINGLET_TEST_EXPECT_MPI=MPICH $(PYTHON) -m pytest -q --color=no -p no:cacheprovider \
-		tests/elastic/test_elastic_other_mpis.py
+	RINGLET_MPI_ABI=mpich RINGLET_TEST_EXPECT_MPI=MPICH $(PYTHON) -m pytest -q --color=no \
+		-p no:cacheprovider tests/elastic/test_elastic_other_mpis.py
 
 # The wheel's tools: zig links against the oldest glibc, auditwheel judges the tag, wheel packs.
 WHEEL_TOOLS := ziglang auditwheel wheel
