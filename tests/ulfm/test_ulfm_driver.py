@@ -8,6 +8,7 @@ and ``127.0.0.1`` are two hosts of this machine, as in Horovod's tests."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +31,16 @@ def test_the_driver_turns_ulfm_on_unless_told_to_restart() -> None:
             "-H", "localhost:2", "python", "t.py"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done
-    assert "--with-ft ulfm --mca osc ^ucx" in done.stdout, done.stdout
+    words = shlex.split(done.stdout)
+    at = words.index("--with-ft")
+    assert words[at:at + 4] == ["--with-ft", "ulfm", "--mca", "osc"], words
+    assert words[at + 4] == "^ucx", words
     done = subprocess.run(args, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "RINGLET_ELASTIC_MECHANISM": "restart"})
     assert done.returncode == 0 and "--with-ft" not in done.stdout, done.stdout
 
 
+@pytest.mark.heavy  # flaky: it hung in 3 of ~10 runs under pytest (see the note)
 def test_a_killed_rank_is_left_behind_and_the_job_goes_on(tmp_path: Path) -> None:
     done, results = scenarios.run(tmp_path, exit_schedule={"(1, 0)": ["127.0.0.1[0]"]},
                                   exit_mode="kill", np=4, hosts=",".join(TWO_HOSTS))
@@ -66,6 +71,7 @@ def test_the_reset_limit_ends_the_run(tmp_path: Path) -> None:
     assert "number of resets during the elastic job exceeded its limit: 0" in done.stderr
 
 
+@pytest.mark.heavy  # flaky: it hung in 3 of ~10 runs under pytest (see the note)
 def test_fewer_ranks_than_min_np_stop_and_time_out(tmp_path: Path) -> None:
     """The survivor stops at the commit after the driver's notice (the epoch's wait lets the
     notice arrive first), and no second host comes."""

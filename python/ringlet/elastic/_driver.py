@@ -139,6 +139,8 @@ class _Job:
     hosts_in_output: set[str] = field(default_factory=set)
     notified_for: list[Slot] | None = None
     """The slots the ranks were last told the hosts changed to."""
+    ending_since: float | None = None
+    """When the driver began ending the job (ULFM: a rank raised)."""
 
     def live_slots(self) -> list[Slot]:
         """The slots of the ranks that have not died (all of them but under ULFM)."""
@@ -388,6 +390,19 @@ class _Driver:
             return  # the launcher lost a host's daemon: the whole job is ending
         now = time.monotonic()
         with self.lock:
+            raised = [r for r, k in job.ranks.items()
+                      if k.bye is not None and k.bye.reason in ("failed", "lost")]
+        if raised:
+            # An exception is no process failure: the job ends, as on any MPI, and run()
+            # restarts it without that rank's host. Under ULFM the rank's MPI_Abort does not
+            # end the others, so the driver does (SIGTERM, then SIGKILL).
+            if job.ending_since is None:
+                job.ending_since = now
+                self.say(f"rank(s) {', '.join(map(str, raised))} of job {job.generation} "
+                         "failed; ending the job")
+            self._end(process, kill=now - job.ending_since > 5)
+            return
+        with self.lock:
             died = [r for r, k in job.ranks.items()
                     if k.pid and k.bye is None and k.closed_at is not None and not k.dead
                     and now - k.closed_at >= LEFT_BEHIND_GRACE]
@@ -414,9 +429,9 @@ class _Driver:
                      "stops at its next commit")
             self.notify(job, removed_only=True)
 
-    def _end(self, process: subprocess.Popen) -> None:
+    def _end(self, process: subprocess.Popen, kill: bool = False) -> None:
         try:
-            os.killpg(process.pid, signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
         except ProcessLookupError:
             pass
 

@@ -2,12 +2,12 @@
 MPI 5 builds in and turns on under ``mpirun --with-ft ulfm``.
 
 When a rank dies, the core revokes ringlet's communicator, so that every survivor's collective
-raises ``ProcessFailedError`` (the waits look every 50 ms, in shared memory too). The survivors then shrink
-the communicator ringlet was made from (``MPI_Comm_shrink``: the survivors, the same on all of
-them), set ringlet up again on it (its own duplicate, shared memory and the cost model, for
-the new membership; process sets of the old one are gone), and ``elastic.run`` restores the
-last commit. The dead rank's shared-memory segment belongs to the old communicator, which
-nothing uses again.
+raises ``ProcessFailedError`` (the waits look every 50 ms, in shared memory too). The survivors
+then shrink the communicator ringlet was made from (``MPI_Comm_shrink``: the survivors, the same
+on all of them), set ringlet up again on it (its own duplicate, shared memory and the cost
+model, for the new membership; process sets of the old one are gone), and ``elastic.run``
+restores the last commit. The dead rank's shared-memory segment belongs to the old
+communicator, which nothing uses again.
 """
 
 from __future__ import annotations
