@@ -605,20 +605,9 @@ impl Transport for MpiTransport {
     }
 
     fn progress(&self) {
-        let Ok(comm) = self.raw() else {
-            return;
-        };
-        let mut flag: c_int = 0;
-        // SAFETY: probing a live communicator for a tag nothing sends; `flag` is a live local.
-        unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                PROGRESS_TAG,
-                comm,
-                &mut flag,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        };
+        if let Ok(comm) = self.raw() {
+            probe_progress(comm);
+        }
     }
 
     fn shared(&self) -> Option<&dyn SharedMemory> {
@@ -630,18 +619,7 @@ impl Transport for MpiTransport {
     /// learns of it too, and revokes the communicator for the ranks that wait on this one.
     fn failed(&self) -> Result<()> {
         let comm = self.raw()?;
-        let mut flag: c_int = 0;
-        // SAFETY: probing a live communicator for a tag nothing sends; `flag` is a live local.
-        let code = unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                PROGRESS_TAG,
-                comm,
-                &mut flag,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        };
-        match check_on(comm, code, "MPI_Iprobe, while waiting") {
+        match check_on(comm, probe_progress(comm), "MPI_Iprobe, while waiting") {
             Err(error @ CoreError::ProcessFailed(_)) => Err(error),
             _ => Ok(()),
         }
@@ -649,6 +627,23 @@ impl Transport for MpiTransport {
 
     fn nodes(&self) -> &Nodes {
         &self.nodes
+    }
+}
+
+/// Probe `comm` from any source for a tag nothing sends: it drives MPI's progress, and under
+/// ULFM its code says whether a process of `comm` has failed.
+fn probe_progress(comm: ffi::MPI_Comm) -> c_int {
+    let mut flag: c_int = 0;
+    // SAFETY: probing a live communicator (the caller's) for a tag nothing sends; `flag` is a
+    // live local.
+    unsafe {
+        ffi::MPI_Iprobe(
+            ffi::RSMPI_ANY_SOURCE,
+            PROGRESS_TAG,
+            comm,
+            &mut flag,
+            ffi::RSMPI_STATUS_IGNORE,
+        )
     }
 }
 
