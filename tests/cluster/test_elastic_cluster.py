@@ -68,6 +68,23 @@ def job_processes_on(host: int, logfile: Path) -> list[int]:
     return found
 
 
+def check_six_ranks_resumed_exactly(tmp_path: Path) -> None:
+    """Two epochs at 8 ranks, the last at 6 (six in all); the six final weights the same,
+    and equal to the replay of the steps kept (the last time each was made)."""
+    logfile, steps = tmp_path / "log", tmp_path / "log.steps"
+    sizes = [json.loads(line)["size"] for line in logfile.read_text().splitlines()]
+    assert sizes[:2] == [8, 8] and sizes[-1] == 6 and len(sizes) == 6, sizes
+    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
+    assert len(weights) == 6 and len(set(weights.values())) == 1, weights
+    last: dict[tuple[int, int], int] = {}
+    for line in steps.read_text().splitlines():
+        epoch, batch, world = json.loads(line)
+        last[epoch, batch] = world
+    replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
+                                BATCHES_PER_EPOCH)
+    assert replay == next(iter(weights.values()))
+
+
 def test_a_host_killed_mid_training_leaves_the_others_training_from_the_last_commit(
         tmp_path: Path) -> None:
     logfile = tmp_path / "log"
@@ -114,17 +131,7 @@ def test_a_host_killed_mid_training_leaves_the_others_training_from_the_last_com
     assert resumed is not None and resumed < 40, said
     assert f"blacklisted: {HOSTS[KILLED]}" in said, said
     assert "job 2: 6 ranks" in said, said
-    sizes = [json.loads(line)["size"] for line in logfile.read_text().splitlines()]
-    assert sizes[:2] == [8, 8] and sizes[-1] == 6 and len(sizes) == 6, sizes
-    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
-    assert len(weights) == 6 and len(set(weights.values())) == 1, weights
-    last: dict[tuple[int, int], int] = {}
-    for line in steps.read_text().splitlines():
-        epoch, batch, world = json.loads(line)
-        last[epoch, batch] = world
-    replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
-                                BATCHES_PER_EPOCH)
-    assert replay == next(iter(weights.values()))
+    check_six_ranks_resumed_exactly(tmp_path)
 
 
 def cut_a_link_under_the_driver(tmp_path: Path) -> str:
@@ -173,17 +180,7 @@ def cut_a_link_under_the_driver(tmp_path: Path) -> str:
     assert "job 1 failed" in text and f"blacklisted: {HOSTS[CUT]}" in text, text
     assert "job 2: 6 ranks" in text, text
     assert resumed is not None, text
-    sizes = [json.loads(line)["size"] for line in logfile.read_text().splitlines()]
-    assert sizes[:2] == [8, 8] and sizes[-1] == 6 and len(sizes) == 6, sizes
-    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
-    assert len(weights) == 6 and len(set(weights.values())) == 1, weights
-    last: dict[tuple[int, int], int] = {}
-    for line in steps.read_text().splitlines():
-        epoch, batch, world = json.loads(line)
-        last[epoch, batch] = world
-    replay = exact_model.replay([(e, b, w) for (e, b), w in sorted(last.items())],
-                                BATCHES_PER_EPOCH)
-    assert replay == next(iter(weights.values()))
+    check_six_ranks_resumed_exactly(tmp_path)
     return text
 
 
