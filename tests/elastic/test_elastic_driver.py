@@ -1,17 +1,21 @@
 """The elastic driver's parts without a job: its settings and their errors, host discovery,
-the blacklist's cooldown, the rank layout; and ringletrun's elastic command line refusing bad
-input before it starts anything. Plain pytest."""
+the blacklist's cooldown, the rank layout; a rank's pacing of the commits it ships; and
+ringletrun's elastic command line refusing bad input before it starts anything. Plain
+pytest."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
+from multiprocessing import Pipe
 from pathlib import Path
 
 import pytest
 
-from ringlet.elastic import _hosts
+from ringlet.elastic import _hosts, _link, _protocol
 from ringlet.elastic._hosts import Blacklist, DiscoveryError, Slot, assign
 
 RINGLETRUN = [sys.executable, "-m", "ringlet.run"]
@@ -170,3 +174,53 @@ def test_without_ulfm_the_driver_restarts_and_refuses_to_be_told_otherwise() -> 
     assert done.returncode == 2, done
     assert "RINGLET_ELASTIC_MECHANISM='ulfn': use auto, ulfm or restart" in done.stderr
 
+
+
+def shipping(serialize_cpu_s: float, ack_delay_s: float) -> list[float]:
+    """Commits 1, 2 and 3 through a DriverLink to a driver that acknowledges each after
+    ``ack_delay_s``; commit 2 is made the moment 1 is acknowledged, and 3 right after 2.
+    Returns when each commit reached the driver (seconds since the first was made)."""
+    rank_end, driver_end = Pipe()
+    link = _link.DriverLink(rank_end, generation=1, resumed=False)
+    arrived: dict[int, float] = {}
+
+    def driver() -> None:
+        while len(arrived) < 2 or max(arrived) < 3:
+            message = driver_end.recv()
+            arrived[message.sequence] = time.monotonic()
+            time.sleep(ack_delay_s)
+            driver_end.send(_protocol.Ack(message.sequence))
+
+    def serialize() -> bytes:
+        burn_until = time.thread_time() + serialize_cpu_s
+        while time.thread_time() < burn_until:
+            pass
+        return b"state"
+
+    thread = threading.Thread(target=driver, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    link.commit(serialize)
+    while link.stored() < 1:
+        time.sleep(0.001)
+    link.commit(serialize)
+    link.commit(serialize)
+    thread.join(30)
+    assert not thread.is_alive(), f"the driver got commits {sorted(arrived)} only"
+    return [arrived[s] - started for s in sorted(arrived)]
+
+
+def test_a_cheap_commit_ships_at_once_however_slow_the_acknowledgement() -> None:
+    # A loaded host acknowledges late; the commit cost rank 0 nothing, so it is not held back
+    # (a restart would otherwise repeat steps the ranks had committed).
+    arrivals = shipping(serialize_cpu_s=0, ack_delay_s=0.1)
+    assert len(arrivals) == 2 or len(arrivals) == 3, arrivals
+    assert arrivals[1] - arrivals[0] < 0.1 + 0.5, arrivals
+
+
+def test_a_costly_commit_holds_the_next_back_and_the_latest_wins() -> None:
+    cost = 0.03  # CPU seconds: the next commit waits until cost / share have passed
+    arrivals = shipping(serialize_cpu_s=cost, ack_delay_s=0)
+    held = cost / _link.SHIPPING_SHARE
+    assert len(arrivals) == 2, f"commit 2 was replaced by 3 while held: {arrivals}"
+    assert arrivals[1] - arrivals[0] >= held * 0.8, (arrivals, held)

@@ -8,9 +8,11 @@ holds a recent commit (never a torn one) and a restart repeats the steps since.
 
 Shipping is paced: a large state (a model of tens of MiB serializes and sends in a quarter
 of a second) committed at every step would keep a core busy on rank 0's host. After a commit
-that took T seconds to ship, the next waits until ``T / SHIPPING_SHARE`` seconds have passed
-(the latest commit still wins meanwhile), unless the job stops for new hosts, which ships at
-once; so a restart repeats at most that much more.
+that cost T seconds of the sender's CPU time (serializing and sending; waiting for the
+driver's acknowledgement costs none, and on a loaded host it is no measure of the cost), the
+next waits until ``T / SHIPPING_SHARE`` seconds have passed (the latest commit still wins
+meanwhile), unless the job stops for new hosts, which ships at once; so a restart repeats at
+most that much more.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class DriverLink:
                     self._lock.wait(1.0)
                 serialize, self._waiting = self._waiting, None
                 sequence = self._sent
-            started = time.monotonic()
+            started, cpu_started = time.monotonic(), time.thread_time()
             try:
                 payload = serialize()
             except Exception as error:  # a state that changed under the thread: say so, go on
@@ -135,12 +137,13 @@ class DriverLink:
                 self._send(Commit(sequence, payload))
             except OSError:
                 return
+            cost = time.thread_time() - cpu_started
             with self._lock:
                 self._wait_for(lambda done=sequence: self._acked >= done or self._closed)
-                took = time.monotonic() - started
-                if took > UNPACED_SECONDS:
+                if cost > UNPACED_SECONDS:
                     self._lock.wait_for(lambda: self._urgent or self._closed,
-                                        timeout=took / SHIPPING_SHARE - took)
+                                        timeout=cost / SHIPPING_SHARE
+                                        - (time.monotonic() - started))
                 self._urgent = False
 
     def stored(self) -> int:
