@@ -354,6 +354,10 @@ class _Driver:
             relay.join(5)
         self.say(f"job {job.generation}'s launcher exited ({process.returncode})")
         self._wait_for_connections(job)
+        if self.settings.ulfm and process.returncode == 0:
+            # The survivors may finish within the grace of a rank that died: it is left
+            # behind all the same, not a failed job to restart.
+            self._leave_the_dead_behind(job, process, ended=True)
         return process.returncode
 
     def _end_if_a_rank_died(self, job: _Job, process: subprocess.Popen,
@@ -380,12 +384,15 @@ class _Driver:
                 pass
         return since
 
-    def _leave_the_dead_behind(self, job: _Job, process: subprocess.Popen) -> None:
+    def _leave_the_dead_behind(self, job: _Job, process: subprocess.Popen,
+                               ended: bool = False) -> None:
         """Under ULFM: a rank whose connection closed without a word has died, and the
         survivors go on without it. Its host is blacklisted (its other ranks go on to the end
         of the job, but no new one starts there), and each death is a reset: past the reset
         limit the job is ended. With fewer than ``min_np`` ranks left, the ranks are told to
-        stop at their next commit, to be restarted when enough slots are found."""
+        stop at their next commit, to be restarted when enough slots are found. Once the job
+        has ``ended`` well, with every other rank done, a death in its last LEFT_BEHIND_GRACE
+        seconds counts the same."""
         if job.hosts_in_output:
             return  # the launcher lost a host's daemon: the whole job is ending
         now = time.monotonic()
@@ -405,8 +412,13 @@ class _Driver:
         with self.lock:
             died = [r for r, k in job.ranks.items()
                     if k.pid and k.bye is None and k.closed_at is not None and not k.dead
-                    and now - k.closed_at >= LEFT_BEHIND_GRACE]
-            if process.poll() is not None:
+                    and (ended or now - k.closed_at >= LEFT_BEHIND_GRACE)]
+            if ended:
+                others = [k for r, k in job.ranks.items() if k.pid and not k.dead
+                          and r not in died]
+                if not others or any(k.bye is None or k.bye.reason != "done" for k in others):
+                    return  # not a job that went on without them: run() decides
+            elif process.poll() is not None:
                 return  # the job ended: what comes next is run()'s to decide
             for r in died:
                 job.ranks[r].dead = True
@@ -424,7 +436,7 @@ class _Driver:
                 self._end(process)
                 return
             self.resets += 1
-        if live < self.settings.min_np:
+        if live < self.settings.min_np and not ended:
             self.say(f"{live} ranks left, fewer than --min-np {self.settings.min_np}: the job "
                      "stops at its next commit")
             self.notify(job, removed_only=True)
