@@ -147,7 +147,8 @@ done
 [[ $failed -eq 0 ]] && total=$((total + 1))
 # Faults across hosts (test_faults.py, plain pytest on this machine): a host cut off mid-loop, a
 # rank killed on another host and a damaged calibration cache (make test); --all adds a host
-# slowed tenfold. test_elastic_cluster.py: a host killed under ringletrun's elastic driver.
+# slowed tenfold. test_elastic_cluster.py: a host killed under ringletrun's elastic driver
+# (--all adds a link cut, and Horovod's elastic benchmark with a host killed).
 if [[ $faults -eq 1 ]]; then
   echo "=== cluster, faults across hosts"
   fault_selection=(-k "cut_off or killed or cache or host_killed_mid_training")
