@@ -1,0 +1,38 @@
+"""Keras under ringletrun's elastic driver: ``hvd.elastic.KerasState`` and Horovod's Keras
+callbacks (elastic_keras_main.py) through a rank killed mid-epoch. The driver restarts the
+job without the dead rank's host, from the last commit; the run ends with the world size
+shrunk and the weights identical on every rank. Plain pytest; the mechanism is this
+environment's (the restart on Open MPI 4.1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent / "elastic_keras_main.py"
+
+
+@pytest.mark.heavy
+def test_a_killed_rank_under_keras_resumes_from_the_last_commit(tmp_path: Path) -> None:
+    logfile = tmp_path / "log"
+    command = [sys.executable, "-m", "ringlet.run", "-np", "4", "--min-np", "2",
+               "-H", "localhost:2,127.0.0.1:2", sys.executable, str(SCRIPT),
+               "--logfile", str(logfile), "--exit-schedule",
+               json.dumps({"(1, 2)": ["127.0.0.1[0]"]})]
+    env = {**os.environ, "OMPI_MCA_rmaps_base_oversubscribe": "1",
+           "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env,
+                          cwd=tmp_path)
+    said = f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, said
+    epochs = [json.loads(line) for line in logfile.read_text().splitlines()]
+    assert [(e["epoch"], e["size"]) for e in epochs] == [(1, 4), (2, 2), (3, 2)], said
+    assert [e["rendezvous"] for e in epochs] == [1, 2, 2], said
+    assert "blacklisted: 127.0.0.1" in done.stderr, said
+    weights = {p.name: p.read_text() for p in tmp_path.glob("log.weights.*")}
+    assert len(weights) == 2 and len(set(weights.values())) == 1, weights
