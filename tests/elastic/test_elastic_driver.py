@@ -224,3 +224,18 @@ def test_a_costly_commit_holds_the_next_back_and_the_latest_wins() -> None:
     held = cost / _link.SHIPPING_SHARE
     assert len(arrivals) == 2, f"commit 2 was replaced by 3 while held: {arrivals}"
     assert arrivals[1] - arrivals[0] >= held * 0.8, (arrivals, held)
+
+
+def test_a_process_failure_is_told_from_other_errors_whatever_carries_it() -> None:
+    import ringlet
+    from ringlet.elastic import _ulfm
+
+    failed = ringlet.ProcessFailedError("MPI_Recv failed: MPI_ERR_PROC_FAILED: Process Failure")
+    assert _ulfm.is_process_failure(failed)
+    assert _ulfm.is_process_failure(ringlet.RingletError("allreduce: MPI_ERR_REVOKED"))
+    # TensorFlow's UnknownError for an exception raised in a graph operation: the text only.
+    carried = RuntimeError("Graph execution error:\nDetected at node RingletAllreduce\n"
+                           f"{type(failed).__name__}: {failed}")
+    assert _ulfm.is_process_failure(carried)
+    assert not _ulfm.is_process_failure(ValueError("a shape differs"))
+    assert not _ulfm.is_process_failure(ringlet.RingletError("allreduce: MPI_ERR_TRUNCATE"))

@@ -18,6 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "elastic")]
 
+import test_elastic_keras as keras_scenario  # noqa: E402
 import test_elastic_scenarios as scenarios  # noqa: E402
 from ulfm_common import require_ulfm  # noqa: E402
 
@@ -104,3 +105,14 @@ def test_a_rank_that_raises_ends_the_job_and_the_driver_restarts_without_its_hos
     assert "blacklisted: localhost" in done.stderr
     scenarios.check_weights(tmp_path, 2)
 
+
+
+@pytest.mark.heavy
+def test_keras_survivors_of_a_killed_rank_go_on_in_the_same_job(tmp_path: Path) -> None:
+    """tests/elastic/test_elastic_keras.py's run under ULFM: Keras's functions are traced
+    again on the shrunk communicator, and the three left finish in the same job."""
+    done, epochs, said = keras_scenario.run_keras_killing_one(tmp_path)
+    assert [(e["epoch"], e["size"]) for e in epochs] == [(1, 4), (2, 3), (3, 3)], said
+    assert [e["rendezvous"] for e in epochs] == [1, 2, 2], said
+    assert len({e["pid"] for e in epochs}) == 1, "the job was restarted"
+    assert "died; the 3 left go on without it (ULFM); blacklisted: 127.0.0.1" in done.stderr

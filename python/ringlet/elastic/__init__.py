@@ -283,7 +283,7 @@ def _run_recovering(state: State, func: Callable[..., Result], args: tuple[Any, 
             if membership is not None:
                 membership.agree()
             return result
-        except ringlet.RingletError as error:
+        except Exception as error:  # a framework may carry ringlet's as its own type
             if membership is None or not _ulfm.is_process_failure(error):
                 raise
             state.restore()

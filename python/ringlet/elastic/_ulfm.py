@@ -49,13 +49,16 @@ def on_new_membership(leaving: Callable[[], Any], joined: Callable[[], Any]) -> 
 
 
 def is_process_failure(error: BaseException) -> bool:
-    """Whether ``error`` means that a rank died: ringlet's ``ProcessFailedError``, or an error
-    a layer above made of it (its text is MPI's)."""
+    """Whether ``error`` means that a rank died: ringlet's ``ProcessFailedError``; an error a
+    layer above made of it (its text is MPI's); or a framework's own error type carrying it
+    as text, as TensorFlow's ``UnknownError`` does for an exception raised in a graph
+    operation (Horovod's TensorFlow ``run`` reads the text the same way)."""
     if isinstance(error, ringlet.ProcessFailedError):
         return True
     text = str(error)
-    return isinstance(error, ringlet.RingletError) and (
-        "PROC_FAILED" in text or "REVOKED" in text)
+    if isinstance(error, ringlet.RingletError):
+        return "PROC_FAILED" in text or "REVOKED" in text
+    return f"{ringlet.ProcessFailedError.__name__}: " in text  # as a traceback names it
 
 
 class Membership:
