@@ -68,6 +68,17 @@ def job_processes_on(host: int, logfile: Path) -> list[int]:
     return found
 
 
+def kill_what_is_left(driver: subprocess.Popen, marker: Path) -> None:
+    """SIGKILL whatever of a driver's job still runs: the driver's session, and the processes
+    of the job (named by ``marker`` in their command lines) on every host."""
+    for pid in session_pids(driver.pid) + [p for h in range(4)
+                                           for p in job_processes_on(h, marker)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def check_six_ranks_resumed_exactly(tmp_path: Path) -> None:
     """Two epochs at 8 ranks, the last at 6 (six in all); the six final weights the same,
     and equal to the replay of the steps kept (the last time each was made)."""
@@ -117,12 +128,7 @@ def test_a_host_killed_mid_training_leaves_the_others_training_from_the_last_com
             time.sleep(0.1)
         assert driver.poll() == 0, (tmp_path / "driver.out").read_text()
     finally:
-        for pid in session_pids(driver.pid) + [p for h in range(4)
-                                               for p in job_processes_on(h, logfile)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_what_is_left(driver, logfile)
         output.close()
     said = (tmp_path / "driver.out").read_text()
     print(f"training resumed {resumed} s after host {KILLED} was killed", flush=True)
@@ -168,12 +174,7 @@ def cut_a_link_under_the_driver(tmp_path: Path) -> str:
         assert driver.poll() == 0, said()
     finally:
         on_host(CUT, "ip", "link", "set", "eth0", "up")
-        for pid in session_pids(driver.pid) + [p for h in range(4)
-                                               for p in job_processes_on(h, logfile)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_what_is_left(driver, logfile)
         output.close()
     print(f"training resumed {resumed} s after host {CUT}'s link was cut", flush=True)
     text = said()
@@ -212,14 +213,14 @@ def test_horovods_elastic_benchmark_runs_unchanged_when_a_host_dies(tmp_path: Pa
                                    "RINGLET_ELASTIC_DISCOVERY_INTERVAL": "0.5"},
                               start_new_session=True)
     said = output_path.read_text
-    marker = str(UPSTREAM / "pytorch_synthetic_benchmark_elastic.py")
+    marker = UPSTREAM / "pytorch_synthetic_benchmark_elastic.py"
     try:
         deadline = time.monotonic() + 180
         while "Iter #2:" not in said():
             assert driver.poll() is None, said()
             assert time.monotonic() < deadline, said()
             time.sleep(0.2)
-        victims = job_processes_on(KILLED, Path(marker))
+        victims = job_processes_on(KILLED, marker)
         assert len(victims) >= 3, victims  # its daemon and its two ranks at least
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
@@ -230,12 +231,7 @@ def test_horovods_elastic_benchmark_runs_unchanged_when_a_host_dies(tmp_path: Pa
                 resumed = time.monotonic() - killed
             time.sleep(0.1)
     finally:
-        for pid in session_pids(driver.pid) + [p for h in range(4)
-                                               for p in job_processes_on(h, Path(marker))]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_what_is_left(driver, marker)
         output.close()
     text = said()
     print(f"the benchmark iterated again {resumed} s after host {KILLED} was killed", flush=True)
