@@ -243,21 +243,13 @@ impl Communicator {
     ///
     /// Ranks that have joined take part in the call if they can (its [`Call::replay`]).
     pub fn begin(&self, call: &Call, refused: Option<&CoreError>) -> Result<u64> {
-        let role = match call.replay {
-            Some(replay) if refused.is_none() => Role::Replay(replay.encode()),
-            _ => Role::Plain,
-        };
-        self.check_call(call, refused, role).map(|(seq, _)| seq)
+        self.check_call(call, refused, false).map(|(seq, _)| seq)
     }
 
     /// [`begin`](Self::begin) for a call that no rank refused; also says whether every rank
     /// made this very call (false when some have joined and replay it).
     pub fn begin_together(&self, call: &Call) -> Result<(u64, bool)> {
-        let role = match call.replay {
-            Some(replay) => Role::Replay(replay.encode()),
-            None => Role::Plain,
-        };
-        self.check_call(call, None, role)
+        self.check_call(call, None, false)
             .map(|(seq, agreement)| (seq, matches!(agreement, Agreement::Same)))
     }
 
@@ -265,7 +257,7 @@ impl Communicator {
     /// Whether the call can be replayed here, and if so how, is in the agreement.
     pub fn begin_joined(&self, thread: u64) -> Result<Agreement> {
         let call = Call::new(Kind::Join, thread);
-        self.check_call(&call, None, Role::Joined)
+        self.check_call(&call, None, true)
             .map(|(_, agreement)| agreement)
     }
 
@@ -294,14 +286,14 @@ impl Communicator {
         &self,
         call: &Call,
         refused: Option<&CoreError>,
-        role: Role,
+        joined: bool,
     ) -> Result<(u64, Agreement)> {
         let seq = self.number(call)?;
         if !self.check {
             return Ok((seq, Agreement::Same));
         }
         let digest = call.digest(refused.is_some(), &self.words());
-        let describe = || self.description(call, seq, refused, role);
+        let describe = || self.description(call, seq, refused, joined);
         let agreement = consistency::agree(&self.transport, seq, digest, describe)
             .inspect_err(|_| self.out_of_step())?;
         Ok((seq, agreement))
@@ -312,8 +304,14 @@ impl Communicator {
         call: &Call,
         seq: u64,
         refused: Option<&CoreError>,
-        role: Role,
+        joined: bool,
     ) -> Description {
+        // Encoded only here: the role travels only when the ranks' calls differ.
+        let role = match call.replay {
+            _ if joined => Role::Joined,
+            Some(replay) if refused.is_none() => Role::Replay(replay.encode()),
+            _ => Role::Plain,
+        };
         let reason = refused.map(|e| e.to_string());
         let mut text = call.describe(seq, reason.as_deref());
         if refused.is_none() {
@@ -347,11 +345,7 @@ impl Communicator {
     /// [`begin`](Self::begin) would have raised, or, when the difference is only ranks that
     /// have joined and this call can be replayed, `Ok`: run it again (nothing was written).
     pub fn settle(&self, call: &Call, seq: u64) -> Result<()> {
-        let role = match call.replay {
-            Some(replay) => Role::Replay(replay.encode()),
-            None => Role::Plain,
-        };
-        let describe = || self.description(call, seq, None, role);
+        let describe = || self.description(call, seq, None, false);
         consistency::settle(&self.transport, describe)
             .map(|_| ())
             .inspect_err(|_| self.out_of_step())

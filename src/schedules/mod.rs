@@ -633,7 +633,10 @@ pub fn allreduce_one(
 /// A buffer of whole, aligned `dtype` elements.
 pub fn check_buffer(buf: &[u8], dtype: DType) -> Result<()> {
     let elem = dtype.size();
-    if !buf.len().is_multiple_of(elem) {
+    // Element sizes are powers of two: a mask, not a division, on every array of every call.
+    debug_assert!(elem.is_power_of_two());
+    let misaligned = |n: usize| n & (elem - 1) != 0;
+    if misaligned(buf.len()) {
         return Err(CoreError::InvalidArgument(format!(
             "a {} buffer must be a multiple of {elem} bytes, got {}",
             dtype.name(),
@@ -641,7 +644,7 @@ pub fn check_buffer(buf: &[u8], dtype: DType) -> Result<()> {
         )));
     }
     // An empty array's data pointer may be anything; there is nothing to align.
-    if !buf.is_empty() && !(buf.as_ptr() as usize).is_multiple_of(elem) {
+    if !buf.is_empty() && misaligned(buf.as_ptr() as usize) {
         return Err(CoreError::InvalidArgument(format!(
             "a {} buffer must be aligned to {elem} bytes",
             dtype.name()
