@@ -141,6 +141,8 @@ class _Job:
     """The slots the ranks were last told the hosts changed to."""
     ending_since: float | None = None
     """When the driver began ending the job (ULFM: a rank raised)."""
+    exited_at: float | None = None
+    """When the driver saw the launcher exit."""
 
     def live_slots(self) -> list[Slot]:
         """The slots of the ranks that have not died (all of them but under ULFM)."""
@@ -350,6 +352,7 @@ class _Driver:
             os.killpg(process.pid, signal.SIGINT)
             process.wait()
             raise
+        job.exited_at = time.monotonic()
         for relay in relays:
             relay.join(5)
         self.say(f"job {job.generation}'s launcher exited ({process.returncode})")
@@ -440,6 +443,17 @@ class _Driver:
             self.say(f"{live} ranks left, fewer than --min-np {self.settings.min_np}: the job "
                      "stops at its next commit")
             self.notify(job, removed_only=True)
+
+    def _every_rank_died(self, job: _Job) -> bool:
+        """Under ULFM a rank's death ends no other: a job whose every rank closed without a
+        word before the launcher exited, the driver ending none and the launcher losing no
+        host, lost them all (each died), with none left to go on."""
+        if not self.settings.ulfm or job.ending_since is not None or job.hosts_in_output:
+            return False
+        with self.lock:
+            return all(k.pid and k.bye is None and k.closed_at is not None
+                       and job.exited_at is not None and k.closed_at <= job.exited_at
+                       for k in job.ranks.values())
 
     def _end(self, process: subprocess.Popen, kill: bool = False) -> None:
         try:
@@ -553,6 +567,9 @@ class _Driver:
                     raise ElasticError(
                         f"job {generation} failed (exit code {code}) without losing a rank or "
                         "a host (see its output above): restarting would fail the same way")
+                if self._every_rank_died(job):
+                    raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
+                                       "\n(every rank died: none is left to go on)")
                 if all(b is not None and b.reason == "failed" for b in byes):
                     raise ElasticError(EXITED_MESSAGE.format(name=first, code=code or 1) +
                                        "\n(every rank failed)")
