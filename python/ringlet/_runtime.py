@@ -168,6 +168,7 @@ def init(comm: Any = None) -> None:
             return
         handle = _mpi4py_comm_handle(comm)
     _refuse_a_wrong_library()
+    _skip_the_finalize_fence_under_ulfm()
     if not _finalizer_registered:
         atexit.register(_core.finalize)
         _finalizer_registered = True
@@ -179,6 +180,18 @@ def init(comm: Any = None) -> None:
     # Collective, the same on every rank: between nodes, whole messages or pieces, before any
     # call sends one.
     calibration.choose_message_pieces()
+
+
+def _skip_the_finalize_fence_under_ulfm() -> None:
+    """Under Open MPI's ULFM (``mpirun --with-ft ulfm`` exports ``OMPI_MCA_mpi_ft_enable``),
+    ask MPI_Init, which ringlet may be about to call, to leave out MPI_Finalize's fence. It
+    waits for every process of the job, the dead too, and PRRTE 3.0 sometimes never completes
+    it: survivors of a death hung at the end (one run in ten on two loaded cores). ringlet's
+    ranks have finished communicating by then; its finalize hears their departures first. A
+    user's own setting stands, and MPI started before ringlet keeps what it read."""
+    if os.environ.get("OMPI_MCA_mpi_ft_enable", "").lower() in ("1", "t", "true", "enabled",
+                                                                "yes", "y"):
+        os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
 
 
 _warned_about_shared_memory = False

@@ -128,6 +128,27 @@ def test_a_rank_killed_inside_the_shared_memory_allreduce(tmp_path: Path, victim
     assert not (tmp_path / f"log.failed.{victim}").exists()
 
 
+@pytest.mark.parametrize(("ulfm", "setting"), [(True, "1"), (False, None)],
+                         ids=["with-ft-ulfm", "without"])
+def test_under_ulfm_ringlet_starts_mpi_without_the_finalize_fence(
+        tmp_path: Path, ulfm: bool, setting: str | None) -> None:
+    """MPI_Finalize's fence waits for the dead too, and survivors hung there now and then:
+    under --with-ft ulfm, the MPI that ringlet starts is told to leave it out (and only
+    then)."""
+    script = tmp_path / "fence.py"
+    script.write_text("import json, os, sys, ringlet\nringlet.init()\n"
+                      "print(json.dumps(os.environ.get('OMPI_MCA_async_mpi_finalize')))\n")
+    command = [str(MPIRUN), *(["--with-ft", "ulfm"] if ulfm else []), "--mca", "osc", "^ucx",
+               "-np", "1", sys.executable, str(script)]
+    env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_async_mpi_finalize"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**env, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                               "RINGLET_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, output(done)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == setting, output(done)
+
+
 def test_survivors_can_shrink_and_set_ringlet_up_again_by_hand(tmp_path: Path) -> None:
     """What failures.md promises outside elastic.run: ProcessFailedError at once, then
     ringlet.init(comm=...) on a communicator the program shrank itself."""
