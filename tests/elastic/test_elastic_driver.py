@@ -5,6 +5,7 @@ pytest."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ringlet.elastic import _hosts, _link, _protocol
+from ringlet.elastic._driver import ElasticSettings, _Driver
 from ringlet.elastic._hosts import Blacklist, DiscoveryError, Slot, assign
 
 RINGLETRUN = [sys.executable, "-m", "ringlet.run"]
@@ -125,6 +127,26 @@ def test_a_discovery_script_that_prints_nothing_times_out_clearly(tmp_path: Path
     assert done.returncode == 1, done
     assert "timed out after 1 s waiting for 2 slots" in done.stderr, done.stderr
     assert "found 0: none" in done.stderr, done.stderr
+
+
+def test_a_discovery_script_that_fails_later_leaves_the_hosts_found_before(
+        tmp_path: Path) -> None:
+    """The driver's side of test_elastic_scenarios' job whose script breaks mid-run: a warning,
+    and the hosts of the last discovery that worked."""
+    runs = tmp_path / "runs"
+    body = (f'echo x >> {runs}; [ "$(wc -l < {runs})" -gt 1 ] && {{ echo gone >&2; exit 4; }}; '
+            "echo localhost:2; echo 127.0.0.1:1")
+    settings = ElasticSettings(_hosts.ScriptDiscovery(script(tmp_path, body), 1), np=2,
+                               min_np=2, max_np=4)
+    err = io.StringIO()
+    driver = _Driver(settings, lambda slots, environ: [], {}, io.StringIO(), err)
+    try:
+        assert driver.discover(first=True) == {"localhost": 2, "127.0.0.1": 1}
+        assert err.getvalue() == ""
+        assert driver.discover() == {"localhost": 2, "127.0.0.1": 1}
+    finally:
+        driver.close()
+    assert "failed with exit code 4: gone; keeping the hosts found before" in err.getvalue()
 
 
 def test_the_dry_run_shows_the_first_job_s_command(tmp_path: Path) -> None:

@@ -189,6 +189,7 @@ def test_resurrecting_blacklisted_hosts(tmp_path: Path) -> None:
     check_weights(tmp_path, 4)
 
 
+@pytest.mark.heavy
 def test_a_discovery_script_that_fails_later_changes_nothing(tmp_path: Path) -> None:
     done, results = run(tmp_path, [(0, TWO_HOSTS), (None, ["not a host"])], np=4,
                         discovery_wait=0)
