@@ -398,20 +398,35 @@ class _Driver:
         seconds counts the same."""
         if job.hosts_in_output:
             return  # the launcher lost a host's daemon: the whole job is ending
-        now = time.monotonic()
+        if self._end_if_a_rank_raised(job, process):
+            return
+        died, live = self._mark_the_dead(job, process, ended)
+        if died:
+            self._count_the_dead(job, process, died, live, ended)
+
+    def _end_if_a_rank_raised(self, job: _Job, process: subprocess.Popen) -> bool:
+        """An exception is no process failure: the job ends, as on any MPI, and run()
+        restarts it without that rank's host. Under ULFM the rank's MPI_Abort does not end
+        the others, so the driver does (SIGTERM, then SIGKILL). Whether a rank raised."""
         with self.lock:
             raised = [r for r, k in job.ranks.items()
                       if k.bye is not None and k.bye.reason in ("failed", "lost")]
-        if raised:
-            # An exception is no process failure: the job ends, as on any MPI, and run()
-            # restarts it without that rank's host. Under ULFM the rank's MPI_Abort does not
-            # end the others, so the driver does (SIGTERM, then SIGKILL).
-            if job.ending_since is None:
-                job.ending_since = now
-                self.say(f"rank(s) {', '.join(map(str, raised))} of job {job.generation} "
-                         "failed; ending the job")
-            self._end(process, kill=now - job.ending_since > 5)
-            return
+        if not raised:
+            return False
+        now = time.monotonic()
+        if job.ending_since is None:
+            job.ending_since = now
+            self.say(f"rank(s) {', '.join(map(str, raised))} of job {job.generation} failed; "
+                     "ending the job")
+        self._end(process, kill=now - job.ending_since > 5)
+        return True
+
+    def _mark_the_dead(self, job: _Job, process: subprocess.Popen,
+                       ended: bool) -> tuple[list[int], int]:
+        """The ranks that died (silent for LEFT_BEHIND_GRACE, or at all once the job has
+        ``ended`` with every other rank done), marked dead, and how many ranks are left; none
+        while the job is ending on its own, which run() then judges."""
+        now = time.monotonic()
         with self.lock:
             died = [r for r, k in job.ranks.items()
                     if k.pid and k.bye is None and k.closed_at is not None and not k.dead
@@ -420,26 +435,30 @@ class _Driver:
                 others = [k for r, k in job.ranks.items() if k.pid and not k.dead
                           and r not in died]
                 if not others or any(k.bye is None or k.bye.reason != "done" for k in others):
-                    return  # not a job that went on without them: run() decides
+                    return [], 0  # not a job that went on without them
             elif process.poll() is not None:
-                return  # the job ended: what comes next is run()'s to decide
+                return [], 0
             for r in died:
                 job.ranks[r].dead = True
-            live = len(job.live_slots())
-        if not died:
-            return
+            return died, len(job.live_slots())
+
+    def _count_the_dead(self, job: _Job, process: subprocess.Popen, died: list[int],
+                        live: int, ended: bool) -> None:
+        """Each death blacklists its host and is a reset (past the limit, the job is ended);
+        below ``min_np`` ranks the job stops at its next commit."""
+        left = f"the {live} left go on without it" if live else "none is left to go on"
         for r in died:
             slot = job.ranks[r].slot
             self.blacklist.add(slot.host)
             self.say(f"rank {r} ({slot.host}[{slot.local_rank}]) of job {job.generation} died; "
-                     f"the {live} left go on without it (ULFM); blacklisted: {slot.host}")
+                     f"{left} (ULFM); blacklisted: {slot.host}")
             limit = self.settings.reset_limit
             if limit is not None and self.resets >= limit:
                 self.fatal = ElasticError(RESET_LIMIT_MESSAGE.format(limit=limit))
                 self._end(process)
                 return
             self.resets += 1
-        if live < self.settings.min_np and not ended:
+        if 0 < live < self.settings.min_np and not ended:
             self.say(f"{live} ranks left, fewer than --min-np {self.settings.min_np}: the job "
                      "stops at its next commit")
             self.notify(job, removed_only=True)
