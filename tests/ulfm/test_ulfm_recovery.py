@@ -136,7 +136,7 @@ def test_under_ulfm_ringlet_starts_mpi_without_the_finalize_fence(
     under --with-ft ulfm, the MPI that ringlet starts is told to leave it out (and only
     then)."""
     script = tmp_path / "fence.py"
-    script.write_text("import json, os, sys, ringlet\nringlet.init()\n"
+    script.write_text("import json, os, ringlet\nringlet.init()\n"
                       "print(json.dumps(os.environ.get('OMPI_MCA_async_mpi_finalize')))\n")
     command = [str(MPIRUN), *(["--with-ft", "ulfm"] if ulfm else []), "--mca", "osc", "^ucx",
                "-np", "1", sys.executable, str(script)]

@@ -123,6 +123,12 @@ class _Rank:
     dead: bool = False
     """Died and left behind, the survivors going on without it (ULFM)."""
 
+    @property
+    def closed_without_a_word(self) -> bool:
+        """Started, then closed its connection without saying why: it died (one that ends
+        says so)."""
+        return bool(self.pid) and self.bye is None and self.closed_at is not None
+
 
 @dataclass
 class _Job:
@@ -371,8 +377,7 @@ class _Driver:
         report which process it was, then SIGTERM, then SIGKILL."""
         now = time.monotonic()
         with self.lock:
-            died = [r for r, k in job.ranks.items()
-                    if k.pid and k.bye is None and k.closed_at is not None]
+            died = [r for r, k in job.ranks.items() if k.closed_without_a_word]
         if not died:
             return since
         if since is None:
@@ -429,8 +434,8 @@ class _Driver:
         now = time.monotonic()
         with self.lock:
             died = [r for r, k in job.ranks.items()
-                    if k.pid and k.bye is None and k.closed_at is not None and not k.dead
-                    and (ended or now - k.closed_at >= LEFT_BEHIND_GRACE)]
+                    if k.closed_without_a_word and not k.dead
+                    and (ended or now - (k.closed_at or now) >= LEFT_BEHIND_GRACE)]
             if ended:
                 others = [k for r, k in job.ranks.items() if k.pid and not k.dead
                           and r not in died]
@@ -467,11 +472,12 @@ class _Driver:
         """Under ULFM a rank's death ends no other: a job whose every rank closed without a
         word before the launcher exited, the driver ending none and the launcher losing no
         host, lost them all (each died), with none left to go on."""
-        if not self.settings.ulfm or job.ending_since is not None or job.hosts_in_output:
+        exited = job.exited_at
+        if (not self.settings.ulfm or exited is None or job.ending_since is not None
+                or job.hosts_in_output):
             return False
         with self.lock:
-            return all(k.pid and k.bye is None and k.closed_at is not None
-                       and job.exited_at is not None and k.closed_at <= job.exited_at
+            return all(k.closed_without_a_word and (k.closed_at or exited) <= exited
                        for k in job.ranks.values())
 
     def _end(self, process: subprocess.Popen, kill: bool = False) -> None:
@@ -543,8 +549,7 @@ class _Driver:
         lost_hosts = [r for r, k in ranks.items() if k.slot.host in job.hosts_in_output]
         blamed = raised or silent or lost_hosts or named or by_pid
         if not blamed:
-            unsaid = [r for r, k in ranks.items()
-                      if k.pid and k.bye is None and k.closed_at is not None]
+            unsaid = [r for r, k in ranks.items() if k.closed_without_a_word]
             if unsaid:
                 first = min(ranks[r].closed_at or 0.0 for r in unsaid)
                 blamed = [r for r in unsaid if (ranks[r].closed_at or 0.0) <= first + 0.001]
