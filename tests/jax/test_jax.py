@@ -241,6 +241,29 @@ def test_a_shape_mismatch_raises_mismatch_error_on_every_rank_and_the_ranks_stay
     np.testing.assert_array_equal(np.asarray(rj.allreduce(jnp.ones(2))), np.full(2, size))
 
 
+def test_a_collective_that_fails_after_it_was_dispatched_leaves_the_next_ones_working(
+        rank, size):
+    """The mismatch is found while the computation runs, after jit returned (its input is
+    still being computed), so the error lands in the ordered effect's token too, which JAX
+    hands to the next computation: unless ringlet drops it, every later collective, jitted or
+    not, fails with the same error without running."""
+    if size == 1:
+        pytest.skip("needs two ranks to disagree")
+    slow = jax.jit(lambda a: (a @ a @ a @ a).sum(axis=0))
+    step = jax.jit(lambda x: rj.allreduce(x * 2))
+    big = jnp.full((1500, 1500), 1e-3, jnp.float32)
+    slow(big).block_until_ready()  # compiled, so that the next call only dispatches
+    computed = slow(big)
+    failing = step(computed[: 1500 - (rank == size - 1)])
+    assert not failing.is_ready(), "the collective ran at its dispatch: nothing to check"
+    with pytest.raises(ringlet.MismatchError, match=r"float32\[1500\].*float32\[1499\]"):
+        with rj.ringlet_errors():
+            np.asarray(failing)
+    np.testing.assert_array_equal(np.asarray(step(jnp.ones(5))), np.full(5, 2 * size))
+    np.testing.assert_array_equal(np.asarray(rj.allreduce(jnp.ones(2))), np.full(2, size))
+    jax.effects_barrier()  # the failure is not raised again, here or at exit
+
+
 def test_without_ringlet_errors_jax_reports_the_exception_by_name(rank, size):
     if size == 1:
         pytest.skip("needs two ranks to disagree")

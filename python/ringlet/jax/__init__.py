@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _core, selector
+from .. import _core, elastic, selector
 from .._allreduce import allreduce as _numpy_allreduce
 from .._arrays import aligned_empty
 from .._collectives import allgather as _numpy_allgather
@@ -57,6 +57,9 @@ __all__ = [
     "ringlet_errors",
     "tree_allreduce",
 ]
+
+# Under ULFM, the survivors' collectives on their shrunk communicator start afresh.
+elastic.on_new_membership(p.forget_failed_collectives, lambda: None)
 
 _EXCEPTIONS: dict[str, type[Exception]] = {
     "MismatchError": MismatchError,
@@ -112,7 +115,7 @@ def _traced(*arrays: Any) -> bool:
 def _host(x: jax.Array) -> np.ndarray:
     """``x``'s memory as NumPy sees it (no copy on CPU), once JAX's pending collectives have
     run (they come first, in call order) and ``x`` is computed."""
-    jax.effects_barrier()
+    p.wait_for_collectives()
     return np.asarray(x)
 
 

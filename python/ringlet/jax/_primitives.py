@@ -52,6 +52,55 @@ for _allowed in (
 
 LINEAR_OPS = ("sum", "avg")
 
+def forget_failed_collectives() -> None:
+    """Start the next computation with a collective from a fresh token. JAX feeds the token
+    the last such computation returned to the next one, to keep them in order: once a
+    collective failed (a mismatch, a rank that died), that token holds the error, and every
+    later computation would fail with it without running, on a new communicator too."""
+    tokens = _dispatch.runtime_tokens
+    tokens.current_tokens.pop(EFFECT, None)
+    # The devices' tokens of the same computations, which jax.effects_barrier waits for.
+    tokens.output_runtime_tokens.clear()
+
+
+def _failed(token: _jax_core.Token) -> bool:
+    """Whether the computation that returned ``token`` has ended in an error (never waits
+    for one still running)."""
+    if not token._buf.is_ready():
+        return False
+    try:
+        token._buf.block_until_ready()
+    except jax.errors.JaxRuntimeError:
+        return True
+    return False
+
+
+class _Tokens(_dispatch.RuntimeTokenSet):
+    """JAX's set of ordered-effect tokens, which drops ringlet's once the computation that
+    returned it has failed: that computation is over, so the order holds, and the error
+    reached its results already; else it would be raised again by every later one."""
+
+    def get_token_input(self, eff: _jax_core.Effect, devices: list[Any]) -> _jax_core.Token:
+        token = self.current_tokens.get(eff)
+        if eff is EFFECT and isinstance(token, _jax_core.Token) and _failed(token):
+            forget_failed_collectives()
+        return super().get_token_input(eff, devices)
+
+
+# The instance JAX's dispatch uses (per thread), with its class's one method extended.
+_dispatch.runtime_tokens.__class__ = _Tokens
+
+
+def wait_for_collectives() -> None:
+    """``jax.effects_barrier()``: wait for the collectives dispatched so far. An error of
+    theirs is raised here once, not again at every later wait."""
+    try:
+        jax.effects_barrier()
+    except jax.errors.JaxRuntimeError:
+        forget_failed_collectives()
+        raise
+
+
 Aliased = Literal["all", "computed", "none"]
 """Which results a primitive's lowering aliases to their operands (see ``_lowering``)."""
 
