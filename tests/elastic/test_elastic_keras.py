@@ -17,7 +17,8 @@ import pytest
 SCRIPT = Path(__file__).resolve().parent / "elastic_keras_main.py"
 
 
-def run_keras_killing_one(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[dict], str]:
+def run_keras_killing_one(tmp_path: Path, backend: str = "tensorflow"
+                          ) -> tuple[subprocess.CompletedProcess, list[dict], str]:
     """4 ranks on localhost:2,127.0.0.1:2, 127.0.0.1[0] killed at epoch 1, batch 2: the
     driver's result, the epochs rank 0 logged, and everything the run printed. Checks that
     it ended well and that the weights are the same on the ranks left."""
@@ -27,7 +28,7 @@ def run_keras_killing_one(tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
                "--logfile", str(logfile), "--exit-schedule",
                json.dumps({"(1, 2)": ["127.0.0.1[0]"]})]
     env = {**os.environ, "OMPI_MCA_rmaps_base_oversubscribe": "1",
-           "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env,
                           cwd=tmp_path)
     said = f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
