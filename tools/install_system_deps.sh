@@ -183,13 +183,33 @@ if $check_only; then
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
+# apt-get, waiting while another apt-get holds its locks (a second checkout's set-up, an
+# unattended upgrade) instead of failing: DPkg::Lock::Timeout covers dpkg's lock only, not the
+# package lists' lock that `apt-get update` takes. Its output only on failure.
+apt_get() {
+    local attempt output
+    for ((attempt = 1; attempt <= 120; attempt++)); do
+        if output="$(apt-get -o DPkg::Lock::Timeout=600 "$@" 2>&1)"; then
+            return 0
+        fi
+        if [[ $output != *"Could not get lock"* ]]; then
+            echo "$output" >&2
+            return 1
+        fi
+        [ "$attempt" = 1 ] && echo "apt-get: another apt-get holds its lock; waiting (up to 10 minutes)"
+        sleep 5
+    done
+    echo "$output" >&2
+    return 1
+}
+
 if [ "$EUID" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing ${missing[*]} with apt-get"
     # Installing MPICH must not change which MPI `mpicc`/`mpirun` mean (Debian's alternatives).
     default_mpi="$(update-alternatives --query mpi 2>/dev/null | sed -n 's/^Value: //p' || true)"
     default_mpirun="$(update-alternatives --query mpirun 2>/dev/null | sed -n 's/^Value: //p' || true)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_get update -qq
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${missing[@]}"
     restore_alternative() {
         local now
         now="$(update-alternatives --query "$1" 2>/dev/null | sed -n 's/^Value: //p' || true)"

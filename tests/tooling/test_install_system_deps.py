@@ -452,6 +452,7 @@ def test_fakes_match_the_real_tools(name: str, responses: dict[str, tuple[int, s
 
 FAKE_APT_GET = """#!/bin/sh
 printf '%s\\n' "apt-get $*" >>"$FAKE_LOG"
+while [ "$1" = -o ]; do shift 2; done
 [ "$1" = install ] || exit 0
 # The packages bring mpicc.mpich and mpirun.mpich; a package may also switch the alternatives
 # to itself (FAKE_APT_SWITCHES=1), which the script must undo.
@@ -498,10 +499,58 @@ def test_installing_mpich_keeps_the_default_mpi(machine: Machine, tmp_path: Path
     assert result.code == 0, result
     assert "Installing libmpich-dev mpich with apt-get" in result.stdout
     commands = log.read_text().splitlines()
-    assert commands[:2] == ["apt-get update -qq", "apt-get install -y -qq libmpich-dev mpich"]
+    lock = "apt-get -o DPkg::Lock::Timeout=600"
+    assert commands[:2] == [f"{lock} update -qq", f"{lock} install -y -qq libmpich-dev mpich"]
     restored = ["update-alternatives --set mpi /usr/bin/mpicc.openmpi",
                 "update-alternatives --set mpirun /usr/bin/mpirun.openmpi"]
     assert commands[2:] == (restored if switches else [])
     assert (state / "mpi").read_text() == "/usr/bin/mpicc.openmpi\n"
     assert (state / "mpirun").read_text() == "/usr/bin/mpirun.openmpi\n"
     assert_found(machine.run("--mpich"))
+
+
+# --- apt-get while another holds its lock ----------------------------------------------------
+
+
+def run_apt_get(tmp_path: Path, fails_first: str, *arguments: str) -> tuple[Result, list[str]]:
+    """The script's apt_get function with a fake apt-get that fails once, printing
+    `fails_first`, then succeeds: its result, and the arguments of each call of the fake."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "apt-get"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!/bin/sh
+printf '%s\\n' "$*" >>{shell_quote(str(calls))}
+[ "$(wc -l <{shell_quote(str(calls))})" -gt 1 ] && exit 0
+printf '%s\\n' {shell_quote(fails_first)} >&2
+exit 100
+""")
+    fake.chmod(0o755)
+    function = re.search(r"^apt_get\(\) \{\n.*?^\}\n", SCRIPT.read_text(), re.DOTALL | re.MULTILINE)
+    assert function, "install_system_deps.sh has no apt_get function"
+    program = f"set -euo pipefail\n{function.group(0)}apt_get {' '.join(arguments)}\n"
+    completed = subprocess.run(
+        ["/bin/bash", "-c", program], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"},
+    )
+    said = Result(completed.returncode, completed.stdout, completed.stderr)
+    return said, calls.read_text().splitlines()
+
+
+def test_apt_get_waits_while_another_apt_get_holds_the_package_lists_lock(tmp_path: Path):
+    """Two checkouts' set-ups at once: `apt-get update` fails at once on the lists' lock
+    (DPkg::Lock::Timeout waits for dpkg's lock only), so the script retries."""
+    said, calls = run_apt_get(
+        tmp_path,
+        "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 9 (apt-get)",
+        "update", "-qq")
+    assert said.code == 0, said
+    assert calls == ["-o DPkg::Lock::Timeout=600 update -qq"] * 2, calls
+    assert "holds its lock; waiting" in said.stdout, said
+
+
+def test_apt_get_reports_any_other_failure_at_once(tmp_path: Path):
+    said, calls = run_apt_get(tmp_path, "E: Unable to locate package no-such-package",
+                              "install", "-y", "no-such-package")
+    assert said.code == 1, said
+    assert calls == ["-o DPkg::Lock::Timeout=600 install -y no-such-package"], calls
+    assert "Unable to locate package no-such-package" in said.stderr, said
