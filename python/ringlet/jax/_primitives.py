@@ -52,6 +52,7 @@ for _allowed in (
 
 LINEAR_OPS = ("sum", "avg")
 
+
 def forget_failed_collectives() -> None:
     """Start the next computation with a collective from a fresh token. JAX feeds the token
     the last such computation returned to the next one, to keep them in order: once a
