@@ -24,6 +24,7 @@ from . import _launchers, _mpi_abi
 from ._launchers import FoundLauncher, LauncherKind
 from .elastic import _driver as _elastic_driver
 from .elastic import _hosts as _elastic_hosts
+from .elastic import _protocol as _elastic_protocol
 
 __all__ = [
     "FoundLauncher",
@@ -467,10 +468,15 @@ def _run_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace, laun
             # communicating by then (their departure notices say so); skip the fence.
             mpi_args += " --mca async_mpi_finalize 1"
 
+    program = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if settings.ulfm and program:
+        # Its launcher exits 0 when ranks die of a signal: each says how it ended instead.
+        program = _elastic_protocol.reporting_its_end(program)
+
     def command_for(slots: list[_elastic_hosts.Slot], environ: dict[str, str]) -> list[str]:
         counts = _elastic_hosts.count_hosts(slots)
         job = argparse.Namespace(**{**vars(args), "np": len(slots), "hostfile": None,
-                                    "mpi_args": mpi_args,
+                                    "mpi_args": mpi_args, "command": program,
                                     "hosts": ",".join(f"{h}:{n}" for h, n in counts.items())})
         return build_command(job, launcher, kind, environ)
 

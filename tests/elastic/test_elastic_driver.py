@@ -260,3 +260,21 @@ def test_a_process_failure_is_told_from_other_errors_whatever_carries_it() -> No
     assert _ulfm.is_process_failure(carried)
     assert not _ulfm.is_process_failure(ValueError("a shape differs"))
     assert not _ulfm.is_process_failure(ringlet.RingletError("allreduce: MPI_ERR_TRUNCATE"))
+
+
+@pytest.mark.parametrize(("program", "status", "returncode"), [
+    ("import os; os.abort()", 134, -6),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137, -9),
+    ("import sys; sys.exit(3)", 3, 3),
+    ("pass", None, 0),
+])
+def test_a_rank_s_program_says_how_it_ended_badly_and_ends_the_same_way(
+        program: str, status: int | None, returncode: int) -> None:
+    """Under ULFM each rank runs under reporting_its_end: the driver reads the line it prints
+    (RANK_END_PATTERN), and PRRTE sees the same signal or status as without it."""
+    done = subprocess.run(_protocol.reporting_its_end([sys.executable, "-c", program]),
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OMPI_COMM_WORLD_RANK": "5"})
+    assert done.returncode == returncode, done
+    found = _protocol.RANK_END_PATTERN.findall(done.stderr)
+    assert found == ([] if status is None else [("5", str(status))]), done.stderr

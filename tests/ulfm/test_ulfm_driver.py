@@ -44,6 +44,24 @@ def test_the_driver_turns_ulfm_on_unless_told_to_restart() -> None:
     assert done.returncode == 0 and "--with-ft" not in done.stdout, done.stdout
 
 
+def test_ranks_that_die_before_elastic_run_end_the_run_with_their_status() -> None:
+    """PRRTE under --with-ft ulfm exits 0 when its processes die of a signal, and prints
+    nothing: each rank's program says how it ended, so a job whose ranks crashed at start-up
+    (before they said hello to the driver) is a failure, and one that succeeds without
+    elastic.run still a success."""
+    def ringletrun(*program: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ringlet.run", "-np", "2", "--min-np", "2",
+                               "-H", "localhost:2", *program], capture_output=True, text=True,
+                              timeout=120)
+
+    done = ringletrun(sys.executable, "-c", "import os; os.abort()")
+    assert done.returncode == 1, done
+    assert re.search(r"error: job 1: the process of rank [01] \(localhost\) ended with status "
+                     r"134 \(SIGABRT\) before any rank reached elastic.run", done.stderr), done
+    done = ringletrun(sys.executable, "-c", "pass")
+    assert done.returncode == 0 and "ended with status" not in done.stderr, done
+
+
 @pytest.mark.parametrize(("at", "sizes"), [("(1, 0)", [4, 3, 3]), ("(2, 3)", [4, 4, 3])],
                          ids=["mid-run", "last-step"])
 def test_a_killed_rank_is_left_behind_and_the_job_goes_on(tmp_path: Path, at: str,

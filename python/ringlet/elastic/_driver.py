@@ -143,6 +143,8 @@ class _Job:
     named_in_output: set[int] = field(default_factory=set)
     pids_in_output: set[int] = field(default_factory=set)
     hosts_in_output: set[str] = field(default_factory=set)
+    ended_badly: dict[int, int] = field(default_factory=dict)
+    """Under ULFM, the ranks whose program said it ended badly, with its status."""
     notified_for: list[Slot] | None = None
     """The slots the ranks were last told the hosts changed to."""
     ending_since: float | None = None
@@ -498,6 +500,8 @@ class _Driver:
                     job.pids_in_output.add(int(found))
             for pattern in _HOST_PATTERNS:
                 job.hosts_in_output.update(pattern.findall(line))
+            for rank, status in _protocol.RANK_END_PATTERN.findall(line):
+                job.ended_badly.setdefault(int(rank), int(status))
 
     def _watch_hosts(self, job: _Job) -> None:
         hosts = self.available(self.discover())
@@ -578,8 +582,16 @@ class _Driver:
                 said_hello = any(r.pid for r in job.ranks.values())
             if code == 0 and byes and all(b is not None and b.reason == "done" for b in byes):
                 return 0
-            if code == 0 and not said_hello:
+            if code == 0 and not said_hello and not job.ended_badly:
                 return 0  # a program that does not use elastic.run: nothing to resume
+            if not said_hello and job.ended_badly:
+                # Under ULFM the launcher exits 0 all the same: the ranks' own word counts.
+                rank, status = min(job.ended_badly.items())
+                host = job.slots[rank].host if rank < len(job.slots) else "?"
+                raise ElasticError(
+                    f"job {generation}: the process of rank {rank} ({host}) "
+                    f"ended with status {status}{_signal_name(status)} before any rank reached "
+                    "elastic.run: nothing to recover")
             if code == 0 and any(b is not None and b.reason == "reset" for b in byes):
                 self.say(f"job {generation} stopped for the new hosts")
             else:
@@ -614,6 +626,14 @@ class _Driver:
     def close(self) -> None:
         self.closed = True
         self.listener.close()
+
+
+def _signal_name(status: int) -> str:
+    """`` (SIGABRT)`` for a shell's status 134, else nothing."""
+    try:
+        return f" ({signal.Signals(status - 128).name})" if status > 128 else ""
+    except ValueError:
+        return ""
 
 
 def _describe_hosts(hosts: Hosts) -> str:

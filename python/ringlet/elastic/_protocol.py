@@ -11,6 +11,7 @@ key (an HMAC challenge both ways), so nothing else on the network can join or fe
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
@@ -19,6 +20,7 @@ __all__ = [
     "ADDRESS",
     "GENERATION",
     "KEY",
+    "RANK_END_PATTERN",
     "RESUMED",
     "SLOTS",
     "Ack",
@@ -30,6 +32,7 @@ __all__ = [
     "Stored",
     "connect",
     "new_key",
+    "reporting_its_end",
 ]
 
 ADDRESS = "RINGLET_ELASTIC_DRIVER"
@@ -45,6 +48,26 @@ RESUMED = "RINGLET_ELASTIC_RESUMED"
 SLOTS = "RINGLET_ELASTIC_SLOTS"
 """Where each rank of the job runs, in rank order: ``host:local_rank`` separated by commas,
 with the host as discovered (two names of one machine stay two hosts)."""
+
+# Under ULFM, PRRTE's launcher exits 0 when its processes die of a signal, and prints nothing:
+# so each rank's program runs under a shell that says how it ended when that was not well,
+# then ends the same way (the same signal, or status), as PRRTE and ULFM expect. A rank that
+# died before it said hello is known to the driver by that line alone.
+_REPORT_THE_END = (
+    '"$@"; status=$?; '
+    'if [ "$status" -ne 0 ]; then echo "ringletrun: elastic: the process of rank '
+    '${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-?}} ended with status $status" >&2; fi; '
+    'if [ "$status" -gt 128 ]; then kill -"$((status - 128))" $$ 2>/dev/null; fi; '
+    'exit "$status"')
+RANK_END_PATTERN = re.compile(r"ringletrun: elastic: the process of rank (\d+) ended with status "
+                              r"(\d+)")
+"""The line ``reporting_its_end`` prints: the rank, and its status (128 + N for signal N)."""
+
+
+def reporting_its_end(program: list[str]) -> list[str]:
+    """``program`` run under a shell that prints ``RANK_END_PATTERN``'s line if it fails."""
+    return ["/bin/sh", "-c", _REPORT_THE_END, "ringlet-rank", *program]
+
 
 CONNECT_SECONDS = 60.0
 """How long a rank tries the driver's addresses before it gives up."""
