@@ -306,11 +306,16 @@ def _across_hosts(hosts: HostList, environ: Mapping[str, str]) -> bool:
     return any(host not in here for host, _ in hosts) or (nodes.isdigit() and int(nodes) > 1)
 
 
+def _program(args: argparse.Namespace) -> list[str]:
+    """The program and its arguments, after ringletrun's options (and a ``--``, if given)."""
+    return args.command[1:] if args.command[:1] == ["--"] else args.command
+
+
 def build_command(args: argparse.Namespace, launcher: str, kind: LauncherKind,
                   environ: Mapping[str, str]) -> list[str]:
     """The command line of `launcher` (of `kind`: Open MPI 4 or 5, or Hydra) for `args`, parsed
     by ringletrun's parser."""
-    program = args.command[1:] if args.command[:1] == ["--"] else args.command
+    program = _program(args)
     if not program:
         raise RunError("no program given: ringletrun [options] program [args ...]")
     try:
@@ -468,7 +473,7 @@ def _run_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace, laun
             # communicating by then (their departure notices say so); skip the fence.
             mpi_args += " --mca async_mpi_finalize 1"
 
-    program = args.command[1:] if args.command[:1] == ["--"] else args.command
+    program = _program(args)
     if settings.ulfm and program:
         # Its launcher exits 0 when ranks die of a signal: each says how it ended instead.
         program = _elastic_protocol.reporting_its_end(program)

@@ -582,8 +582,6 @@ class _Driver:
                 said_hello = any(r.pid for r in job.ranks.values())
             if code == 0 and byes and all(b is not None and b.reason == "done" for b in byes):
                 return 0
-            if code == 0 and not said_hello and not job.ended_badly:
-                return 0  # a program that does not use elastic.run: nothing to resume
             if not said_hello and job.ended_badly:
                 # Under ULFM the launcher exits 0 all the same: the ranks' own word counts.
                 rank, status = min(job.ended_badly.items())
@@ -592,6 +590,8 @@ class _Driver:
                     f"job {generation}: the process of rank {rank} ({host}) "
                     f"ended with status {status}{_signal_name(status)} before any rank reached "
                     "elastic.run: nothing to recover")
+            if code == 0 and not said_hello:
+                return 0  # a program that does not use elastic.run: nothing to resume
             if code == 0 and any(b is not None and b.reason == "reset" for b in byes):
                 self.say(f"job {generation} stopped for the new hosts")
             else:
