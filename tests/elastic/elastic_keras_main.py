@@ -1,9 +1,12 @@
 """A Keras training script for tests/elastic's scenarios, after Horovod's
 examples/elastic/tensorflow2/tensorflow2_keras_mnist_elastic.py (synthetic data: nothing is
 downloaded): ``hvd.elastic.KerasState`` committed by Horovod's callbacks, the function under
-``hvd.elastic.run``. Per epoch rank 0 logs one JSON line (epoch, size, rendezvous, pid); at the
-end every rank writes a digest of its weights to LOG.weights.RANK. --exit-schedule maps
-"(epoch, batch)" to the slots ("host[local_rank]") killed there, each once (a marker file
+``hvd.elastic.run``. On TensorFlow (KERAS_BACKEND) it imports Horovod's module,
+``ringlet.hvd.tensorflow.keras``, and feeds a ``tf.data`` pipeline as the example does; on the
+other backends ``ringlet.hvd.keras`` and NumPy arrays, without TensorFlow (whose LLVM cannot
+share a process with torch's). Per epoch rank 0 logs one JSON line (epoch, size, rendezvous,
+pid); at the end every rank writes a digest of its weights to LOG.weights.RANK. --exit-schedule
+maps "(epoch, batch)" to the slots ("host[local_rank]") killed there, each once (a marker file
 remembers it)."""
 
 from __future__ import annotations
@@ -15,10 +18,16 @@ import os
 import signal
 from pathlib import Path
 
+import keras
 import numpy as np
-import tensorflow as tf
 
-import ringlet.hvd.tensorflow.keras as hvd
+ON_TENSORFLOW = keras.backend.backend() == "tensorflow"
+if ON_TENSORFLOW:
+    import tensorflow as tf
+
+    import ringlet.hvd.tensorflow.keras as hvd
+else:
+    import ringlet.hvd.keras as hvd
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--logfile", required=True)
@@ -38,9 +47,11 @@ exit_schedule = json.loads(args.exit_schedule)
 rng = np.random.default_rng(7)
 images = rng.standard_normal((256, 8, 8, 1)).astype(np.float32)
 labels = rng.integers(0, 10, 256)
-dataset = tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(16)
+if ON_TENSORFLOW:
+    data = {"x": tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(16)}
+else:  # unshuffled, so that every rank sees the same batches, as from the dataset
+    data = {"x": images, "y": labels, "batch_size": 16, "shuffle": False}
 
-keras = tf.keras
 model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, activation="relu"),
                           keras.layers.Flatten(), keras.layers.Dense(10)])
 opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
@@ -87,7 +98,7 @@ callbacks = [KillOnSchedule(), hvd.elastic.UpdateEpochStateCallback(state),
 @hvd.elastic.run
 def train(state: hvd.elastic.KerasState) -> None:
     state.rendezvous += 1
-    state.model.fit(dataset, steps_per_epoch=args.batches_per_epoch,
+    state.model.fit(**data, steps_per_epoch=args.batches_per_epoch,
                     epochs=args.epochs - state.epoch, callbacks=callbacks, verbose=0)
 
 

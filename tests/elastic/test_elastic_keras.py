@@ -40,8 +40,10 @@ def run_keras_killing_one(tmp_path: Path, backend: str = "tensorflow"
 
 
 @pytest.mark.heavy
-def test_a_killed_rank_under_keras_resumes_from_the_last_commit(tmp_path: Path) -> None:
-    done, epochs, said = run_keras_killing_one(tmp_path)
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_a_killed_rank_under_keras_resumes_from_the_last_commit(tmp_path: Path,
+                                                                backend: str) -> None:
+    done, epochs, said = run_keras_killing_one(tmp_path, backend)
     assert [(e["epoch"], e["size"]) for e in epochs] == [(1, 4), (2, 2), (3, 2)], said
     assert [e["rendezvous"] for e in epochs] == [1, 2, 2], said
     assert "blacklisted: 127.0.0.1" in done.stderr, said

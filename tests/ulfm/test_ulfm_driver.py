@@ -231,7 +231,7 @@ def test_a_blacklisted_host_back_after_its_cooldown_joins_at_a_restart(
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_keras_survivors_of_a_killed_rank_go_on_in_the_same_job(tmp_path: Path,
                                                                 backend: str) -> None:
     """tests/elastic/test_elastic_keras.py's run under ULFM: Keras's functions are traced
