@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import ringlet
 import ringlet.hvd.tensorflow as hvd
+from ringlet.hvd.tensorflow import _kernel
 
 from mpi_fixtures import reference, same_on_every_rank
 
@@ -107,10 +108,38 @@ def test_a_variable_is_reduced_and_left_unchanged(rank, size):
     np.testing.assert_array_equal(v.numpy(), rank_input(rank))
 
 
+@pytest.fixture
+def numpy_function_graphs(monkeypatch):
+    """Graphs built as where ringlet's compiled operation cannot be: with tf.numpy_function."""
+    monkeypatch.setattr(_kernel, "allreduce_op", lambda: None)
+
+
+@pytest.fixture
+def written_by_the_operation(monkeypatch):
+    """Each run of a compiled allreduce operation traced from now on: its inputs' and its
+    results' addresses, as the operation handed them to Python."""
+    runs = []
+    register = _kernel.register
+
+    def recorded(compute, dtypes):
+        def run(arrays, results):
+            runs.append([(a.ctypes.data, r.ctypes.data) for a, r in zip(arrays, results)])
+            compute(arrays, results)
+        return register(run, dtypes)
+
+    monkeypatch.setattr(_kernel, "register", recorded)
+    return runs
+
+
+def op_types(function, *args) -> list[str]:
+    return [node.op for node in function.get_concrete_function(*args).graph.as_graph_def().node]
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_results_are_the_buffer_ringlet_wrote_without_a_copy(mode, rank, size, monkeypatch):
+def test_results_are_the_buffer_ringlet_wrote_without_a_copy(mode, rank, size, monkeypatch,
+                                                             numpy_function_graphs):
     """The aligned buffer the reduction wrote is the memory of the tensor TensorFlow returns:
-    eagerly through DLPack, in a function as tf.numpy_function's output."""
+    eagerly through DLPack, in a function (built with tf.numpy_function) as its output."""
     written = []
     allocate = ringlet.aligned_empty
 
@@ -121,16 +150,20 @@ def test_results_are_the_buffer_ringlet_wrote_without_a_copy(mode, rank, size, m
 
     monkeypatch.setattr(ringlet, "aligned_empty", recorded)
     x = tf.constant(rank_input(rank, shape=(1 << 16,)))
-    out = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum))(x)
+    function = in_mode(mode, lambda t: hvd.allreduce(t, op=hvd.Sum))
+    out = function(x)
     np.testing.assert_array_equal(out.numpy(), np.sum(all_inputs(size, shape=(1 << 16,)), 0))
     assert written and out._numpy().ctypes.data == written[-1]
     assert written[-1] % 64 == 0
+    if mode == "function":
+        assert "PyFunc" in op_types(function, x)
 
 
 def test_a_functions_results_reuse_its_buffers_once_freed_and_never_while_held(
-        rank, size, monkeypatch):
-    """A graph op writes into the arrays it returned before once TensorFlow has freed their
-    tensors (no fresh pages per step), and never into one a live tensor still holds."""
+        rank, size, monkeypatch, numpy_function_graphs):
+    """A graph op (tf.numpy_function) writes into the arrays it returned before once
+    TensorFlow has freed their tensors (no fresh pages per step), and never into one a live
+    tensor still holds."""
     made = []
     allocate = ringlet.aligned_empty
     monkeypatch.setattr(ringlet, "aligned_empty", lambda *a, **k: made.append(a) or allocate(
@@ -157,6 +190,93 @@ def test_a_functions_results_reuse_its_buffers_once_freed_and_never_while_held(
     for result, want in zip(held, expected(0)):
         np.testing.assert_array_equal(result.numpy(), want)
     assert len(made) == 2 * len(shapes), made
+
+
+@pytest.mark.parametrize("single", [True, False], ids=["allreduce", "grouped"])
+def test_a_function_reduces_the_tensors_it_computed_in_place(single, rank, size,
+                                                             written_by_the_operation):
+    """Gradients computed in the function are nobody else's: ringlet's compiled operation
+    reduces them where TensorFlow put them, and returns that memory."""
+    shapes = [(1 << 16,), (5,), (3, 7)][:1 if single else 3]
+    xs = [tf.constant(rank_input(rank, shape=s)) for s in shapes]
+
+    @tf.function
+    def reduce(*ts):
+        computed = [t * 2.0 for t in ts]
+        if single:
+            return [hvd.allreduce(computed[0], op=hvd.Sum)]
+        return hvd.grouped_allreduce(computed, op=hvd.Sum)
+
+    assert "RingletAllreduce" in op_types(reduce, *xs)
+    assert "PyFunc" not in op_types(reduce, *xs)
+    for _ in range(3):
+        outs = reduce(*xs)
+        for out, s in zip(outs, shapes):
+            np.testing.assert_array_equal(out.numpy(), 2 * np.sum(all_inputs(size, shape=s), 0))
+    assert written_by_the_operation and all(
+        source == result for source, result in written_by_the_operation[-1])
+    assert outs[0]._numpy().ctypes.data == written_by_the_operation[-1][0][1]
+
+
+def test_a_compiled_operation_keeps_its_results_and_never_writes_a_held_one(
+        rank, size, written_by_the_operation):
+    """Inputs someone else holds (constants) are only read: the operation writes results it
+    keeps from call to call, reused once TensorFlow has freed them, never while held, and
+    TensorFlow returns them without a copy."""
+    shapes = [(1 << 16,), (5,), (3, 7)]
+    xs = [tf.constant(rank_input(rank, shape=s)) for s in shapes]
+
+    @tf.function
+    def reduce():
+        return hvd.grouped_allreduce(xs, op=hvd.Sum)
+
+    expected = [np.sum(all_inputs(size, shape=s), 0) for s in shapes]
+    held = reduce()
+    for _ in range(5):
+        results = reduce()
+        for result, want in zip(results, expected):
+            np.testing.assert_array_equal(result.numpy(), want)
+        assert results[0]._numpy().ctypes.data == written_by_the_operation[-1][0][1]
+        del results, result
+    for held_result, want in zip(held, expected):
+        np.testing.assert_array_equal(held_result.numpy(), want)
+    for x, s in zip(xs, shapes):
+        np.testing.assert_array_equal(x.numpy(), rank_input(rank, shape=s))
+    runs = written_by_the_operation
+    assert len(runs) == 6
+    for i in range(len(shapes)):
+        assert all(run[i][0] != run[i][1] for run in runs)  # never in place
+        results = {run[i][1] for run in runs}
+        # The held one, and one more the other five calls took turns in.
+        assert len(results) == 2, results
+        assert runs[0][i][1] == held[i]._numpy().ctypes.data
+
+
+def test_without_a_compiler_graphs_fall_back_with_one_warning(rank, size, tmp_path,
+                                                              monkeypatch):
+    """Where the operation cannot be built, a function still reduces, through
+    tf.numpy_function, and says once why."""
+    monkeypatch.setattr(_kernel, "_tried", False)
+    monkeypatch.setattr(_kernel, "_loaded", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"rank{rank}"))  # nothing built there
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    x = tf.constant(rank_input(rank))
+    reduce = tf.function(lambda t: hvd.allreduce(t * 1.0, op=hvd.Sum))
+    with pytest.warns(RuntimeWarning, match="could not build .*no C..? compiler"):
+        traced = op_types(reduce, x)
+    assert "PyFunc" in traced and "RingletAllreduce" not in traced
+    np.testing.assert_array_equal(reduce(x).numpy(), np.sum(all_inputs(size), 0))
+    assert _kernel.allreduce_op() is None
+
+
+def test_ringlet_tf_kernel_0_builds_graphs_with_numpy_function(rank, size, monkeypatch):
+    monkeypatch.setattr(_kernel, "_tried", False)
+    monkeypatch.setattr(_kernel, "_loaded", None)
+    monkeypatch.setenv("RINGLET_TF_KERNEL", "0")
+    x = tf.constant(rank_input(rank))
+    reduce = tf.function(lambda t: hvd.allreduce(t * 1.0, op=hvd.Sum))
+    assert "PyFunc" in op_types(reduce, x)
+    np.testing.assert_array_equal(reduce(x).numpy(), np.sum(all_inputs(size), 0))
 
 
 def test_collectives_in_a_function_run_in_program_order(rank, size):

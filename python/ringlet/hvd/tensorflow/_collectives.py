@@ -20,6 +20,7 @@ from ._graph import (
     aligned_copy,
     checked_member,
     dense_tensor,
+    not_converted,
     run_op,
     with_gradient,
 )
@@ -32,6 +33,7 @@ __all__ = ["allgather", "allreduce", "alltoall", "broadcast", "broadcast_",
 # ---- allreduce ------------------------------------------------------------------------------
 
 
+@not_converted
 def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float,
             compression: Any, process_set: Any, name: Any) -> list[tf.Tensor]:
     """One fused allreduce of ``tensors`` (any dtypes), differentiable (the gradient of an
@@ -54,9 +56,27 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
                                           prescale_factor=prescale, postscale_factor=postscale,
                                           process_set=process_set, compression=compression)
 
+    def compute_into(arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        # The compiled graph operation's: in place when TensorFlow let go of every input,
+        # else from the inputs into the operation's kept results.
+        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
+                and not state.matching_by_name():
+            ringlet.allreduce(arrays[0], ringlet_op(None, op), out=outputs[0],
+                              process_set=ringlet_set(process_set))
+            return
+        settings = dict(name=name, op=op, prescale_factor=prescale, postscale_factor=postscale,
+                        process_set=process_set, compression=compression)
+        if outputs[0] is arrays[0]:
+            reduced = api.grouped_allreduce_(arrays, **settings)
+        else:
+            reduced = api.grouped_allreduce_into(arrays, outputs, **settings)
+        for output, result in zip(outputs, reduced):
+            if result is not output:  # where the reduction could not write the result itself
+                np.copyto(output, result)
+
     def forward(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         return run_op(compute, xs, [x.dtype for x in xs], [x.shape for x in xs],
-                      _op_label("Allreduce", name))
+                      _op_label("Allreduce", name), compute_into)
 
     def backward(dys: list[tf.Tensor]) -> list[Any]:
         return _reduce(dys, op, prescale, postscale, Compression.none, process_set, None)
@@ -140,6 +160,7 @@ def _rows_shape(shape: tf.TensorShape) -> tf.TensorShape:
     return tf.TensorShape([None]).concatenate(shape[1:]) if shape.rank else shape
 
 
+@not_converted
 def _gather(tensors: list[tf.Tensor], process_set: Any, name: Any) -> list[tf.Tensor]:
     """Horovod's allgather, differentiable: the gradient is this rank's rows of the
     gradient averaged over the ranks."""
@@ -185,6 +206,7 @@ def grouped_allgather(tensors: Any, name: Any = None, ignore_name_scope: bool = 
     return _gather(tensors, process_set, name) if tensors else []
 
 
+@not_converted
 def broadcast(tensor: Any, root_rank: int, name: Any = None, ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> Any:
     """``root_rank``'s ``tensor`` on every rank, as a new tensor; differentiable (the gradient
@@ -234,6 +256,7 @@ def broadcast_(variables: Any, root_rank: int, name: Any = None,
     return assigned[0] if single else assigned
 
 
+@not_converted
 def _assign_broadcast(variables: list[tf.Variable], root_rank: int,
                       process_set: Any) -> list[Any]:
     """Every variable's value on ``root_rank`` assigned on every rank, one operation for all."""
@@ -285,6 +308,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = Compre
                                  ignore_name_scope, prescale_factor, postscale_factor)[0]
 
 
+@not_converted
 def grouped_reducescatter(tensors: Any, device_dense: str = "",
                           compression: Any = Compression.none, op: Any = Average,
                           name: Any = None, process_set: Any = global_process_set,
@@ -353,6 +377,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Any = None, ignore_name_scop
     return output if splits is None else (output, received)
 
 
+@not_converted
 def _exchange(tensor: tf.Tensor, splits: tf.Tensor, process_set: Any,
               name: Any) -> tuple[tf.Tensor, tf.Tensor]:
     def compute(array: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:

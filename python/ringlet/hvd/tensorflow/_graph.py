@@ -25,10 +25,16 @@ except ImportError:  # pragma: no cover - TensorFlow moved its internals: be saf
 
 from .._backend import Backend, register_backend
 from .._process_sets import ringlet_set
+from . import _kernel
 
 __all__ = ["InvalidArgumentError", "ResultBuffers", "TensorFlowBackend", "aligned_copy",
-           "check_device", "checked_member", "dense_tensor", "host_array", "run_op",
-           "to_tensor", "with_gradient"]
+           "check_device", "checked_member", "dense_tensor", "host_array", "not_converted",
+           "run_op", "to_tensor", "with_gradient"]
+
+not_converted = tf.autograph.experimental.do_not_convert
+"""For each function that defines what a graph operation runs: called from a function that
+AutoGraph converts, it would be converted too, and so would the operation's Python body,
+which then pays AutoGraph's helpers on every run (about 15 ms for an allreduce)."""
 
 
 def host_array(tensor: Any) -> np.ndarray:
@@ -87,10 +93,14 @@ register_backend(tf.Variable, TensorFlowBackend())
 # ---- one collective, eagerly or as a graph operation ----------------------------------------
 
 
+@not_converted
 def run_op(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
-           dtypes: Sequence[tf.DType], shapes: Sequence[Any], name: str) -> list[tf.Tensor]:
+           dtypes: Sequence[tf.DType], shapes: Sequence[Any], name: str,
+           compute_into: _kernel.Compute | None = None) -> list[tf.Tensor]:
     """``compute`` (NumPy arrays in, NumPy arrays out) on ``inputs``: at once when eager, else
-    as a stateful graph operation, which TensorFlow runs in program order."""
+    as a stateful graph operation, which TensorFlow runs in program order. With
+    ``compute_into`` (arrays and results of their shapes, the same arrays when in place), a
+    graph runs it in ringlet's compiled operation where it can (``_kernel``)."""
     inputs = [dense_tensor(x) for x in inputs]
     if tf.executing_eagerly():
         try:
@@ -109,18 +119,28 @@ def run_op(compute: Callable[..., list[np.ndarray]], inputs: Sequence[Any],
             "the TensorFlow backend): compile without XLA (jit_compile=False, Keras' default "
             "on a CPU-only machine)")
 
+    # TensorFlow's executor threads are named differently on each rank: one caller for all.
     def body(*arrays: np.ndarray) -> list[np.ndarray]:
-        # TensorFlow's executor threads are named differently on each rank.
         with ringlet.as_caller("tensorflow graph"):
             return compute(*arrays)
 
+    def body_into(arrays: list[np.ndarray], results: list[np.ndarray]) -> None:
+        with ringlet.as_caller("tensorflow graph"):
+            compute_into(arrays, results)
+
+    compiled = None
+    if compute_into is not None and inputs and all(d in _kernel.DTYPES for d in dtypes):
+        compiled = _kernel.allreduce_op()
     graph = tf.compat.v1.get_default_graph()
     # Inside tf.function, automatic control dependencies keep stateful operations in program
     # order. A TensorFlow 1 graph has none: there each collective waits for the one built
     # before it, so that every rank's session runs them in the order every rank built them.
     previous = None if getattr(graph, "building_function", False) else _last_in_graph.get(graph)
     with tf.control_dependencies([previous] if previous is not None else []):
-        outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
+        if compiled is not None:
+            outputs = compiled(inputs, callback=_kernel.register(body_into, dtypes), name=name)
+        else:
+            outputs = tf.numpy_function(body, inputs, list(dtypes), stateful=True, name=name)
     outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     if not getattr(graph, "building_function", False):
         _last_in_graph[graph] = outputs[0].op

@@ -13,7 +13,7 @@ import ringlet
 
 from .._api import api
 from .._process_sets import global_process_set
-from ._graph import checked_member, run_op
+from ._graph import checked_member, not_converted, run_op
 
 __all__ = ["allgather_object", "barrier", "broadcast_object", "broadcast_object_fn", "join",
            "local_rank_op", "local_size_op", "process_set_included_op", "rank_op", "size_op"]
@@ -58,6 +58,7 @@ def _sized(process_set_id: int) -> tuple[int, int]:
     raise ValueError(f"no process set has id {process_set_id}")
 
 
+@not_converted
 def barrier(process_set: Any = global_process_set) -> Any:
     """Wait until every rank (of ``process_set``) has called it; in a graph, an operation."""
     checked_member(process_set)
@@ -72,6 +73,7 @@ def barrier(process_set: Any = global_process_set) -> Any:
     return run_op(compute, [], [tf.int32], [tf.TensorShape([])], "RingletBarrier")[0]
 
 
+@not_converted
 def join() -> Any:
     """Until every rank has joined, add zeros to the others' Sum and Average allreduces;
     returns the rank that joined last (an int32 tensor, as Horovod's)."""
