@@ -269,6 +269,26 @@ def test_without_a_compiler_graphs_fall_back_with_one_warning(rank, size, tmp_pa
     assert _kernel.allreduce_op() is None
 
 
+def test_the_ranks_build_the_operation_once_and_every_rank_loads_it(rank, size, comm,
+                                                                    monkeypatch, tmp_path):
+    """An empty cache shared by every rank (one machine): one rank compiles under the lock,
+    the others wait for its build, and the operation then reduces (TensorFlow registers it
+    once per process: where an earlier test loaded it, that one runs)."""
+    cache = comm.bcast(str(tmp_path / "shared-cache") if rank == 0 else None, root=0)
+    monkeypatch.setenv("XDG_CACHE_HOME", cache)
+    path = _kernel.library_path()
+    assert str(path).startswith(cache) and not path.exists()
+    comm.Barrier()
+    monkeypatch.setattr(_kernel, "_tried", False)
+    monkeypatch.setattr(_kernel, "_loaded", None)
+    assert _kernel.allreduce_op() is not None  # built or loaded, without a warning
+    assert path.exists() and len(list(path.parent.glob("*.so"))) == 1  # no partial builds left
+    x = tf.constant(rank_input(rank))
+    reduce = tf.function(lambda t: hvd.allreduce(t * 2.0, op=hvd.Sum))
+    assert "RingletAllreduce" in op_types(reduce, x)
+    np.testing.assert_array_equal(reduce(x).numpy(), 2 * np.sum(all_inputs(size), 0))
+
+
 def test_ringlet_tf_kernel_0_builds_graphs_with_numpy_function(rank, size, monkeypatch):
     monkeypatch.setattr(_kernel, "_tried", False)
     monkeypatch.setattr(_kernel, "_loaded", None)

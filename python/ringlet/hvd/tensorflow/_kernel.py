@@ -99,13 +99,21 @@ def library_path() -> Path:
 
 
 def _load() -> Callable[..., Any]:
+    global _in_process
     path = library_path()
     if not path.exists():
         _build(path)
-    module = tf.load_op_library(str(path))
-    # The same library (dlopen returns the loaded one): install Python's side of the operation.
-    ctypes.CDLL(str(path)).ringlet_set_dispatcher(_dispatcher)
-    return module.ringlet_allreduce
+    if _in_process is None:
+        module = tf.load_op_library(str(path))
+        # The same library (dlopen returns the loaded one): install Python's side of the op.
+        ctypes.CDLL(str(path)).ringlet_set_dispatcher(_dispatcher)
+        _in_process = module.ringlet_allreduce
+    return _in_process
+
+
+_in_process: Any = None
+"""The operation as loaded: TensorFlow registers an operation once per process, and a second
+library that registers it again (another build) adds nothing."""
 
 
 def _build(path: Path) -> None:
