@@ -56,7 +56,7 @@ Measured in every job:
    checks that ringlet's and MWMS's weights after training agree to rounding.
 
 ``--profile`` instead runs one ringlet job that times the parts of ringlet's graph op from
-inside (its Python body, the copies of its inputs, ringlet's allreduce; wrapped in that process
+inside (its Python body and ringlet's grouped allreduce in it; wrapped in that process
 only), per allreduce call and per training step, beside the step without communication, with a
 plain GradientTape, and with a numpy_function round trip of the gradients.
 
@@ -154,7 +154,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--json", metavar="FILE", help="write every sample and the summary as JSON")
     add("--profile", action="store_true",
         help="instead: one ringlet job that times the parts of ringlet's graph op from inside "
-             "(its Python body, the copies of its inputs, ringlet's allreduce), per allreduce "
+             "(its Python body and ringlet's grouped allreduce in it), per allreduce "
              "call and per training step beside the step without communication")
     add("--job", choices=VARIANTS, help=argparse.SUPPRESS)  # a job of the driver, under mpirun
     add("--out", help=argparse.SUPPRESS)  # the job's result file (rank 0 writes it)
@@ -520,19 +520,20 @@ class Job:
 
     def profile(self) -> dict[str, Any]:
         """The graph op's parts, timed from inside: its Python body (ringlet.as_caller, which
-        the body enters first and leaves last), the aligned copies of its inputs and ringlet's
-        grouped_allreduce_ on them. Wrapped here, in this process only; per allreduce call and
-        per training step, medians over the calls (the slowest rank's)."""
+        the body enters first and leaves last) and ringlet's grouped allreduce in it
+        (``grouped_allreduce_`` in place, ``grouped_allreduce_into`` into the op's results).
+        Wrapped here, in this process only; per allreduce call and per training step, medians
+        over the calls (the slowest rank's)."""
         import contextlib
 
         import keras
 
         import ringlet
         from ringlet.hvd._api import api
-        from ringlet.hvd.tensorflow import _collectives as hvd_tf
 
-        spent = dict.fromkeys(("body", "copies", "allreduce"), 0.0)
-        copy, reduce_, caller = hvd_tf.aligned_copy, api.grouped_allreduce_, ringlet.as_caller
+        spent = dict.fromkeys(("body", "allreduce"), 0.0)
+        in_place, into, caller = api.grouped_allreduce_, api.grouped_allreduce_into, \
+            ringlet.as_caller
 
         def timed(part: str, function: Callable) -> Callable:
             def wrapper(*args, **kwargs):
@@ -550,16 +551,16 @@ class Job:
                 yield
             spent["body"] += time.perf_counter() - start
 
-        # The graph op's module calls these two by these names (hvd/tensorflow/_collectives.py).
-        hvd_tf.aligned_copy = timed("copies", copy)
-        api.grouped_allreduce_ = timed("allreduce", reduce_)
+        # The graph op's body calls these by these names (hvd/tensorflow/_collectives.py).
+        api.grouped_allreduce_ = timed("allreduce", in_place)
+        api.grouped_allreduce_into = timed("allreduce", into)
         ringlet.as_caller = timed_caller
         try:
             return {"allreduce": self.profile_allreduce(spent),
                     "train": self.profile_training(spent, keras)}
         finally:
-            hvd_tf.aligned_copy, ringlet.as_caller = copy, caller
-            del api.grouped_allreduce_
+            ringlet.as_caller = caller
+            del api.grouped_allreduce_, api.grouped_allreduce_into
 
     def profile_allreduce(self, spent: dict[str, float]) -> dict[str, list[float]]:
         tf, hvd = self.tf, self.hvd
@@ -683,8 +684,7 @@ PROFILE_ROWS = (
     ("tape+nothing", "the same train_step with a plain GradientTape, no communication"),
     ("tape+numpy_function", "  with a stateful `tf.numpy_function` returning the gradients"),
     ("body", "the op's Python body"),
-    ("copies", "  copies of the inputs into aligned arrays (`aligned_copy`)"),
-    ("allreduce", "  ringlet's `grouped_allreduce_` on them"),
+    ("allreduce", "  ringlet's grouped allreduce in it"),
 )
 
 
@@ -707,9 +707,8 @@ def run_profile_driver(args: argparse.Namespace) -> int:
                   "-", fmt_ms(step - alone - median(tr["body"]))])
     cells.append(["outside the body (call - body)",
                   fmt_ms(median(graph["call"]) - median(graph["body"])), "-", "-"])
-    cells.append(["eagerly, outside the copies and the allreduce (call - both)", "-",
-                  fmt_ms(median(eager["call"]) - median(eager["copies"])
-                         - median(eager["allreduce"])), "-"])
+    cells.append(["eagerly, outside the allreduce (call - allreduce)", "-",
+                  fmt_ms(median(eager["call"]) - median(eager["allreduce"])), "-"])
     print(f"Where ringlet's graph op spends its time: {args.gradient_mib:g} MiB allreduce "
           f"({args.calls} calls of each) and the MLP {'-'.join(map(str, args.widths))} step "
           f"with DistributedGradientTape ({args.steps} steps), ms, medians of the slowest rank:")

@@ -83,5 +83,25 @@ def test_tf_bench_profile_times_the_graph_ops_parts():
                                ("whole call / step", "the op's Python body")))
     assert all(float(value) > 0 for value in (*graph, step[0], step[1]))
     assert eager[1] == "-" and float(eager[0]) > 0  # eagerly there is no graph op's body
-    copies = rows["copies of the inputs into aligned arrays (`aligned_copy`)"]
-    assert all(float(value) > 0 for value in copies)
+    reduced = rows["ringlet's grouped allreduce in it"]
+    assert all(float(value) > 0 for value in reduced)  # graph, eager and the step all reduce
+
+
+@pytest.mark.slow
+def test_tf_graph_op_bench_compares_the_compiled_operation_with_numpy_function(tmp_path):
+    out = tmp_path / "graph_op.json"
+    job = subprocess.run(
+        ["mpirun", "-n", "2", sys.executable, "benchmarks/tf_graph_op_bench.py", "--rounds",
+         "2", "--calls", "2", "--gradient-mib", "0.5,0.01", "--json", str(out)],
+        cwd=ROOT, text=True, capture_output=True, timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr  # 1: a wrong result
+    summary = json.loads(out.read_text())
+    assert summary["ranks"] == 2 and [r["mib"] for r in summary["results"]] == [0.5, 0.01]
+    for result in summary["results"]:
+        assert result["correct"] and result["tensors"] == 20
+        assert set(result["rounds_ms"]) == {"op captured", "numpy_function captured",
+                                            "op computed", "numpy_function computed",
+                                            "numpy in place"}
+        for name, values in result["rounds_ms"].items():
+            assert len(values) == 2 and all(v > 0 for v in values)
+            assert f"| {name} |" in job.stdout
