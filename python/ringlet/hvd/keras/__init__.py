@@ -69,7 +69,7 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 def _numpy(value: Any, what: str) -> np.ndarray:
     """``value`` (a backend tensor, a NumPy array, a Python number or list) as a C array."""
     try:
-        return np.array(keras.ops.convert_to_numpy(value), order="C")
+        return np.array(_backends.to_numpy(value), order="C")
     except Exception as exc:  # a traced value: jax.jit's tracers, tf.function's tensors
         raise TypeError(
             f"ringlet.hvd.keras.{what} runs eagerly, on concrete values; inside a compiled "

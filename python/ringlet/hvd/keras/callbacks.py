@@ -19,6 +19,7 @@ import ringlet
 from .._api import api as _numpy_api
 from .._ops import Average
 from .._process_sets import ringlet_set
+from ._backends import to_numpy
 
 
 def _sync(model: Any) -> None:
@@ -36,7 +37,7 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int, process_set: A
     chosen = ringlet_set(process_set)
     if chosen is not None and ringlet.rank() not in chosen.ranks:
         return
-    arrays = [np.array(keras.ops.convert_to_numpy(v.value), order="C") for v in variables]
+    arrays = [np.array(to_numpy(v.value), order="C") for v in variables]
     # Through ringlet.hvd's API (named, in place), so that name matching covers them too.
     handles = [_numpy_api.broadcast_async_(a, root_rank, process_set=process_set)
                for a in arrays]

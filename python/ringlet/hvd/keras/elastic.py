@@ -15,6 +15,7 @@ from ringlet.elastic import HostsUpdatedInterrupt, State, StateError, run
 
 from .._ops import HorovodInternalError
 from ..elastic import ObjectState
+from ._backends import to_numpy
 from .callbacks import broadcast_variables
 
 __all__ = ["CommitStateCallback", "HorovodInternalError", "HostsUpdatedInterrupt",
@@ -37,7 +38,7 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
 
 
 def _values(variables: list[Any]) -> list[np.ndarray]:
-    return [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+    return [np.array(to_numpy(v.value)) for v in variables]
 
 
 class KerasState(ObjectState):
