@@ -256,8 +256,7 @@ def test_without_a_compiler_graphs_fall_back_with_one_warning(rank, size, tmp_pa
                                                               monkeypatch):
     """Where the operation cannot be built, a function still reduces, through
     tf.numpy_function, and says once why."""
-    monkeypatch.setattr(_kernel, "_tried", False)
-    monkeypatch.setattr(_kernel, "_loaded", None)
+    monkeypatch.setattr(_kernel, "_use_operation", None)  # decided again
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"rank{rank}"))  # nothing built there
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     x = tf.constant(rank_input(rank))
@@ -279,8 +278,7 @@ def test_the_ranks_build_the_operation_once_and_every_rank_loads_it(rank, size, 
     path = _kernel.library_path()
     assert str(path).startswith(cache) and not path.exists()
     comm.Barrier()
-    monkeypatch.setattr(_kernel, "_tried", False)
-    monkeypatch.setattr(_kernel, "_loaded", None)
+    monkeypatch.setattr(_kernel, "_use_operation", None)  # decided again
     assert _kernel.allreduce_op() is not None  # built or loaded, without a warning
     assert path.exists() and len(list(path.parent.glob("*.so"))) == 1  # no partial builds left
     x = tf.constant(rank_input(rank))
@@ -290,8 +288,7 @@ def test_the_ranks_build_the_operation_once_and_every_rank_loads_it(rank, size, 
 
 
 def test_ringlet_tf_kernel_0_builds_graphs_with_numpy_function(rank, size, monkeypatch):
-    monkeypatch.setattr(_kernel, "_tried", False)
-    monkeypatch.setattr(_kernel, "_loaded", None)
+    monkeypatch.setattr(_kernel, "_use_operation", None)  # decided again
     monkeypatch.setenv("RINGLET_TF_KERNEL", "0")
     x = tf.constant(rank_input(rank))
     reduce = tf.function(lambda t: hvd.allreduce(t * 1.0, op=hvd.Sum))

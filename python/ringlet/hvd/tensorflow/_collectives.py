@@ -42,11 +42,15 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     plain = prescale == 1.0 and postscale == 1.0 and compression in (None, Compression.none)
     results = ResultBuffers()
 
+    def one_plain_tensor(arrays: Any) -> bool:
+        # One tensor of a dtype the core reduces, nothing to scale or compress, matched by
+        # order: the synchronous call, with no queue hand-off.
+        return plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
+            and not state.matching_by_name()
+
     def compute(*arrays: np.ndarray) -> list[np.ndarray]:
-        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
-                and not state.matching_by_name():
-            # One tensor: the synchronous call, into an aligned result (no queue hand-off).
-            out = results.empty(0, arrays[0].shape, arrays[0].dtype)
+        if one_plain_tensor(arrays):
+            out = results.empty(0, arrays[0].shape, arrays[0].dtype)  # an aligned result
             ringlet.allreduce(arrays[0], ringlet_op(None, op), out=out,
                               process_set=ringlet_set(process_set))
             return [out]
@@ -59,8 +63,7 @@ def _reduce(tensors: list[tf.Tensor], op: Any, prescale: float, postscale: float
     def compute_into(arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         # The compiled graph operation's: in place when TensorFlow let go of every input,
         # else from the inputs into the operation's kept results.
-        if plain and len(arrays) == 1 and arrays[0].dtype.name in ringlet.SUPPORTED_DTYPES \
-                and not state.matching_by_name():
+        if one_plain_tensor(arrays):
             ringlet.allreduce(arrays[0], ringlet_op(None, op), out=outputs[0],
                               process_set=ringlet_set(process_set))
             return

@@ -6,7 +6,7 @@
 // go of every input; otherwise it reads the inputs where they are and writes results this
 // operation keeps from call to call, so that a step neither copies its gradients nor
 // page-faults fresh memory for them. tf.numpy_function, which it replaces, copies nothing
-// either but costs about 13 us per tensor to convert.
+// either but converts every tensor (docs/guide/tensorflow.md has what that costs).
 
 #include <array>
 #include <atomic>

@@ -2,9 +2,9 @@
 TensorFlow that runs it, cached, and loaded; ``None`` where it cannot be, and the graph then
 uses ``tf.numpy_function`` (with one warning that says why).
 
-``tf.numpy_function`` costs about 13 us per tensor to hand Python its inputs and 12 us per
-result to take them back (``benchmarks/RESULTS.md``); this operation hands Python the tensors'
-memory and keeps its results from step to step. ``RINGLET_TF_KERNEL=0`` turns it off.
+``tf.numpy_function`` converts every input and result (docs/guide/tensorflow.md has what that
+costs); this operation hands Python the tensors' memory and keeps its results from step to
+step. ``RINGLET_TF_KERNEL=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -48,9 +48,13 @@ _callbacks: dict[int, tuple[Compute, list[np.dtype]]] = {}
 """Each traced operation's computation, by its ``callback`` attribute. Kept for the process's
 life, as ``tf.numpy_function``'s are kept for their graph's: a few closures per trace."""
 _next_callback = itertools.count(1)
-_loaded: Any = None
-_load_lock = threading.Lock()
-_tried = False
+_operation: Any = None
+"""The operation as loaded in this process. TensorFlow registers an operation once per process,
+and a second library that registers it again (another build) adds nothing: loaded once, kept."""
+_use_operation: bool | None = None
+"""Whether graphs use the operation: ``None`` until the first graph decides (built and loaded,
+or the fallback)."""
+_decision_lock = threading.Lock()
 
 
 @tf.autograph.experimental.do_not_convert
@@ -65,22 +69,37 @@ def register(compute: Compute, dtypes: Sequence[tf.DType]) -> int:
 def allreduce_op() -> Callable[..., Any] | None:
     """The operation's Python wrapper (``inputs``, ``callback``, ``name``), or ``None``
     (turned off, or it could not be built here: then once a warning that says why)."""
-    global _loaded, _tried
-    if _tried:
-        return _loaded
-    with _load_lock:
-        if not _tried:
-            if os.environ.get("RINGLET_TF_KERNEL", "1") != "0":
-                try:
-                    _loaded = _load()
-                except Exception as error:  # any failure means the fallback
-                    warnings.warn(
-                        f"ringlet could not build its TensorFlow allreduce operation ({error}); "
-                        "graphs use tf.numpy_function instead, about 13 us more per tensor "
-                        "(RINGLET_TF_KERNEL=0 chooses this without trying)", RuntimeWarning,
-                        stacklevel=3)
-            _tried = True
-    return _loaded
+    global _use_operation
+    if _use_operation is None:
+        with _decision_lock:
+            if _use_operation is None:
+                _use_operation = _build_and_load() if _turned_on() else False
+    return _operation if _use_operation else None
+
+
+def _turned_on() -> bool:
+    return os.environ.get("RINGLET_TF_KERNEL", "1") != "0"
+
+
+def _build_and_load() -> bool:
+    """Whether the operation is loaded; if it cannot be, a warning that says why."""
+    global _operation
+    try:
+        path = library_path()
+        if not path.exists():
+            _build(path)
+        if _operation is None:
+            module = tf.load_op_library(str(path))
+            # The same library (dlopen returns the loaded one): install Python's side of the op.
+            ctypes.CDLL(str(path)).ringlet_set_dispatcher(_dispatcher)
+            _operation = module.ringlet_allreduce
+    except Exception as error:  # any failure means the fallback
+        warnings.warn(
+            f"ringlet could not build its TensorFlow allreduce operation ({error}); graphs use "
+            "tf.numpy_function instead, which costs more per tensor (RINGLET_TF_KERNEL=0 "
+            "chooses this without trying)", RuntimeWarning, stacklevel=4)
+        return False
+    return True
 
 
 def library_path() -> Path:
@@ -96,24 +115,6 @@ def library_path() -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     directory = base / "ringlet" / "tf-kernel" / key.hexdigest()[:20]
     return directory / "ringlet_allreduce.so"
-
-
-def _load() -> Callable[..., Any]:
-    global _in_process
-    path = library_path()
-    if not path.exists():
-        _build(path)
-    if _in_process is None:
-        module = tf.load_op_library(str(path))
-        # The same library (dlopen returns the loaded one): install Python's side of the op.
-        ctypes.CDLL(str(path)).ringlet_set_dispatcher(_dispatcher)
-        _in_process = module.ringlet_allreduce
-    return _in_process
-
-
-_in_process: Any = None
-"""The operation as loaded: TensorFlow registers an operation once per process, and a second
-library that registers it again (another build) adds nothing."""
 
 
 def _build(path: Path) -> None:
