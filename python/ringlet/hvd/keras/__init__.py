@@ -48,6 +48,7 @@ from .._api import start as _start
 from .._ops import Average, Compression, Sum
 from .._process_sets import ProcessSet, global_process_set
 from . import _backends, callbacks
+from ._convert import to_numpy
 from ._optimizer import DistributedOptimizer, PartialDistributedOptimizer, wrapper_class
 from .callbacks import (
     BroadcastGlobalVariablesCallback,
@@ -69,7 +70,7 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 def _numpy(value: Any, what: str) -> np.ndarray:
     """``value`` (a backend tensor, a NumPy array, a Python number or list) as a C array."""
     try:
-        return np.array(_backends.to_numpy(value), order="C")
+        return np.array(to_numpy(value), order="C")
     except Exception as exc:  # a traced value: jax.jit's tracers, tf.function's tensors
         raise TypeError(
             f"ringlet.hvd.keras.{what} runs eagerly, on concrete values; inside a compiled "

@@ -24,15 +24,6 @@ def backend() -> str:
     return keras.backend.backend()
 
 
-def to_numpy(value: Any) -> Any:
-    """``keras.ops.convert_to_numpy(value)``. On TensorFlow a variable's value is a
-    ``tf.Variable``, whose ``__array__`` takes no ``copy`` keyword, so NumPy 2 warns
-    (DeprecationWarning) at every conversion; its own ``numpy()`` converts without one."""
-    if backend() == "tensorflow" and hasattr(value, "numpy"):
-        return value.numpy()
-    return keras.ops.convert_to_numpy(value)
-
-
 def grouped_allreduce(tensors: list[Any], op: str, prescale: float, postscale: float,
                       compression: Any, process_set: Any, sparse_as_dense: bool = False
                       ) -> list[Any]:

@@ -19,7 +19,7 @@ import ringlet
 from .._api import api as _numpy_api
 from .._ops import Average
 from .._process_sets import ringlet_set
-from ._backends import to_numpy
+from ._convert import to_numpy
 
 
 def _sync(model: Any) -> None:

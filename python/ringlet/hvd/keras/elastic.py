@@ -15,7 +15,7 @@ from ringlet.elastic import HostsUpdatedInterrupt, State, StateError, run
 
 from .._ops import HorovodInternalError
 from ..elastic import ObjectState
-from ._backends import to_numpy
+from ._convert import to_numpy
 from .callbacks import broadcast_variables
 
 __all__ = ["CommitStateCallback", "HorovodInternalError", "HostsUpdatedInterrupt",
