@@ -355,9 +355,13 @@ def average_gradients(
     ``postscale`` after it, as in Horovod. The collectives run on this thread, which waits for
     them with the GIL released.
     """
-    if (compression is None and algorithm == "auto" and prescale == 1.0 and postscale == 1.0
-            and _fast_group(arrays, op, fusion_threshold, process_set, out)):
-        return
+    if compression is None and algorithm == "auto" and prescale == 1.0 and postscale == 1.0:
+        if process_set is None and fusion_threshold is None and out is None:
+            # A training loop's call, straight to the core: no second frame.
+            if _core.allreduce_group_fast(arrays, op, None):
+                return
+        elif _fast_group(arrays, op, fusion_threshold, process_set, out):
+            return
     allreduce_group(
         arrays, op, algorithm=algorithm, compression=compression, prescale=prescale,
         postscale=postscale, fusion_threshold=fusion_threshold, process_set=process_set,

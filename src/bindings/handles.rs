@@ -8,7 +8,8 @@ use super::errors::detached;
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{
-    self, allreduce_buffers, allreduce_group_async as queue_group, Dims, Group, Targets,
+    self, allreduce_buffers, allreduce_group_async as queue_group, Buffers, Dims, Group, Shapes,
+    Targets,
 };
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
@@ -186,7 +187,7 @@ pub fn allreduce_group(
         process_set,
     };
     let (targets, group) = settings.group(&arrays, out.as_deref())?;
-    detached(py, move || {
+    detached(py, || {
         // SAFETY: `arrays` and `out` hold every array until we return, and the caller may not
         // touch them meanwhile (it waits here; the arrays are its own).
         unsafe { allreduce_buffers(&targets, &group) }
@@ -225,9 +226,10 @@ pub fn allreduce_group_fast(
     // The dtype, and the descriptor object it was last found by: a group's arrays share one,
     // and comparing pointers saves a lookup per array.
     let mut known: Option<(*mut npyffi::PyArray_Descr, DType)> = None;
-    let mut buffers = Vec::with_capacity(arrays.len());
-    let mut inputs = Vec::with_capacity(if out.is_some() { arrays.len() } else { 0 });
-    let mut shapes = Vec::with_capacity(arrays.len());
+    let mut buffers = Buffers::with_capacity(arrays.len());
+    let mut inputs =
+        smallvec::SmallVec::with_capacity(if out.is_some() { arrays.len() } else { 0 });
+    let mut shapes = Shapes::with_capacity(arrays.len());
     for (index, item) in arrays.iter().enumerate() {
         let Ok(array) = item.cast::<PyUntypedArray>() else {
             return Ok(false);
@@ -307,7 +309,7 @@ pub fn allreduce_group_fast(
         results: buffers,
         inputs,
     };
-    detached(py, move || {
+    detached(py, || {
         // SAFETY: `arrays` and `out` hold every array until we return, and the caller may not
         // touch them meanwhile (it waits here).
         unsafe { allreduce_buffers(&targets, &group) }
@@ -392,8 +394,8 @@ impl GroupSettings<'_> {
         arrays: &[Bound<'_, PyUntypedArray>],
         out: Option<&[Bound<'_, PyUntypedArray>]>,
     ) -> PyResult<(Targets, Group)> {
-        let mut targets = Targets::in_place(Vec::with_capacity(arrays.len()));
-        let mut shapes = Vec::with_capacity(arrays.len());
+        let mut targets = Targets::in_place(Buffers::with_capacity(arrays.len()));
+        let mut shapes = Shapes::with_capacity(arrays.len());
         if let Some(out) = out {
             if out.len() != arrays.len() {
                 return Err(PyValueError::new_err(format!(

@@ -4,6 +4,10 @@
 use super::replay::Replay;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{CoreError, Result};
+use smallvec::SmallVec;
+
+/// An array's shape, inline up to four dimensions: a group allocates nothing per array.
+pub type Dims = SmallVec<[usize; 4]>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -85,7 +89,7 @@ pub enum Shape<'a> {
     /// One array whose first dimension may differ between ranks (allgather, alltoall).
     Rows(&'a [usize]),
     /// Several arrays in one collective (a fused group).
-    Arrays(&'a [&'a [usize]]),
+    Arrays(&'a [Dims]),
 }
 
 /// One rank's collective call.
@@ -406,7 +410,7 @@ mod tests {
             call(&[4]).describe(3, Some("unknown op")),
             "allreduce #3, which it refused: unknown op"
         );
-        let shapes: [&[usize]; 2] = [&[10], &[4, 6]];
+        let shapes = [Dims::from_slice(&[10]), Dims::from_slice(&[4, 6])];
         let group = Call {
             shape: Shape::Arrays(&shapes),
             ..call(&[])

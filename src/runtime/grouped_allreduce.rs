@@ -43,13 +43,14 @@ pub const DEFAULT_FUSION_THRESHOLD: usize = 64 << 20;
 pub fn fusion_threshold(value: Option<i64>) -> Result<usize> {
     let value = match value {
         Some(value) => value,
-        None => match std::env::var("RINGLET_FUSION_THRESHOLD") {
-            Err(_) => return Ok(DEFAULT_FUSION_THRESHOLD),
-            Ok(text) => text.trim().parse().map_err(|_| {
-                CoreError::InvalidArgument(format!(
+        None => match fusion_threshold_variable() {
+            None => return Ok(DEFAULT_FUSION_THRESHOLD),
+            Some(Ok(value)) => value,
+            Some(Err(text)) => {
+                return Err(CoreError::InvalidArgument(format!(
                     "RINGLET_FUSION_THRESHOLD='{text}' is not a number of bytes"
-                ))
-            })?,
+                )))
+            }
         },
     };
     usize::try_from(value).map_err(|_| {
@@ -57,8 +58,32 @@ pub fn fusion_threshold(value: Option<i64>) -> Result<usize> {
     })
 }
 
-/// An array's shape, inline up to four dimensions: a group allocates nothing per array.
-pub type Dims = SmallVec<[usize; 4]>;
+/// `RINGLET_FUSION_THRESHOLD`, if set: its number, or its text when it is not one. Read with
+/// `getenv` and a static name, without `std::env::var`'s copies of the name and the value:
+/// every grouped call reads it.
+fn fusion_threshold_variable() -> Option<std::result::Result<i64, String>> {
+    const NAME: &std::ffi::CStr = c"RINGLET_FUSION_THRESHOLD";
+    // SAFETY: `NAME` is NUL-terminated. `getenv` returns null or a NUL-terminated string that
+    // stays valid until the environment changes; it is read here and not kept. (A write to the
+    // environment from another thread at this very moment is the hazard of every `getenv`;
+    // std's lock covers only writers that go through std, and Python's do not.)
+    let value = unsafe { libc::getenv(NAME.as_ptr()) };
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    let text = unsafe { std::ffi::CStr::from_ptr(value) }.to_string_lossy();
+    Some(text.trim().parse().map_err(|_| text.into_owned()))
+}
+
+pub use super::call::Dims;
+
+/// A group's shapes, inline up to four arrays: the small groups, whose every allocation
+/// shows in their time, allocate nothing.
+pub type Shapes = SmallVec<[Dims; 4]>;
+
+/// A group's buffers, inline up to four, as [`Shapes`].
+pub type Buffers = SmallVec<[Buffer; 4]>;
 
 /// What to do with a group of arrays of one dtype.
 #[derive(Clone, Debug)]
@@ -79,7 +104,7 @@ pub struct Group {
     /// pays ([`crate::auto::Parameters::pack_below`]).
     pub pack_below: Option<usize>,
     /// Each array's shape.
-    pub shapes: Vec<Dims>,
+    pub shapes: Shapes,
     /// The submitting thread (see [`Call::thread`]).
     pub thread: u64,
     /// The process set to reduce over.
@@ -150,16 +175,16 @@ pub fn allreduce_group(arrays: &mut [&mut [u8]], group: &Group) -> Result<()> {
 /// Where a grouped allreduce reads and writes: `results`, each in place or, where `inputs`
 /// (empty, or one per result) gives one, reduced from that input, which is only read.
 pub struct Targets {
-    pub results: Vec<Buffer>,
-    pub inputs: Vec<Option<Buffer>>,
+    pub results: Buffers,
+    pub inputs: SmallVec<[Option<Buffer>; 4]>,
 }
 
 impl Targets {
     /// Every buffer reduced in place.
-    pub fn in_place(results: Vec<Buffer>) -> Self {
+    pub fn in_place(results: Buffers) -> Self {
         Targets {
             results,
-            inputs: Vec::new(),
+            inputs: SmallVec::new(),
         }
     }
 
@@ -222,19 +247,19 @@ unsafe fn allreduce_buffers_on(
 ) -> Result<()> {
     match targets.check() {
         Ok(()) => {
+            // Filled in place, not collected: a collected SmallVec is copied out whole.
+            let mut arrays: SmallVec<[&mut [u8]; 16]> = SmallVec::new();
             // SAFETY: the caller's contract; no two results share bytes, nor a result and an
             // input (checked just now), so no mutable slice aliases another slice.
-            let mut arrays: SmallVec<[&mut [u8]; 16]> = targets
-                .results
-                .iter()
-                .map(|b| unsafe { b.slice() })
-                .collect();
-            let inputs: SmallVec<[Option<&[u8]>; 16]> = targets
-                .inputs
-                .iter()
-                // SAFETY: as above.
-                .map(|b| b.map(|b| unsafe { b.bytes() }))
-                .collect();
+            arrays.extend(targets.results.iter().map(|b| unsafe { b.slice() }));
+            let mut inputs: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
+            // SAFETY: as above.
+            inputs.extend(
+                targets
+                    .inputs
+                    .iter()
+                    .map(|b| b.map(|b| unsafe { b.bytes() })),
+            );
             allreduce_checked(comm, &mut arrays, &inputs, group, None)
         }
         // Refused with the other ranks, which stay in step.
@@ -279,12 +304,11 @@ fn allreduce_checked(
     group: &Group,
     refused: Option<CoreError>,
 ) -> Result<()> {
-    let shapes: SmallVec<[&[usize]; 16]> = group.shapes.iter().map(|d| d.as_slice()).collect();
     let (dtype, wire) = (group.dtype, group.wire);
     let call = Call {
         element: Element::Typed(wire),
         op: Some(group.op),
-        shape: Shape::Arrays(&shapes),
+        shape: Shape::Arrays(&group.shapes),
         ..Call::new(Kind::Allreduce, group.thread)
     };
     if let Some(error) = refused.or_else(|| group.check(arrays, inputs).err()) {

@@ -59,6 +59,19 @@ def test_fusion_threshold_comes_from_the_environment(monkeypatch, size):
     assert ringlet.stats()["ring"]["calls"] == 2
 
 
+@pytest.mark.parametrize("value", ["lots", "", "1e6"])
+def test_a_fusion_threshold_that_is_not_a_number_is_refused_and_changes_nothing(
+        monkeypatch, rank, size, value):
+    monkeypatch.setenv("RINGLET_FUSION_THRESHOLD", value)
+    arrays = [np.full(4, rank + 1.0, np.float32) for _ in range(2)]
+    with pytest.raises(ValueError, match=f"RINGLET_FUSION_THRESHOLD='{value}' is not a number"):
+        ringlet.average_gradients(arrays)
+    assert all(np.array_equal(a, np.full(4, rank + 1.0, np.float32)) for a in arrays)
+    monkeypatch.setenv("RINGLET_FUSION_THRESHOLD", " 64 ")  # surrounding blanks are fine
+    ringlet.average_gradients(arrays)
+    assert all(np.array_equal(a, np.full(4, (size + 1) / 2, np.float32)) for a in arrays)
+
+
 def test_mixed_dtypes_in_one_call(rank, size):
     inputs = {d: [exact_input(7, r, (33,), d, "sum") for r in range(size)]
               for d in ("float64", "int32", "bfloat16", "float32")}

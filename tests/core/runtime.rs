@@ -234,7 +234,7 @@ fn a_fused_group_equals_one_allreduce_per_array() {
                 postscale: 1.0,
                 fusion_bytes: 24, // a and c fit a buffer only with b apart
                 pack_below: Some(0),
-                shapes: vec![smallvec![3], smallvec![5], smallvec![2]],
+                shapes: smallvec![smallvec![3], smallvec![5], smallvec![2]],
                 thread: 0,
                 set: _core::runtime::process::WORLD,
             };
@@ -273,7 +273,7 @@ fn a_group_reduced_in_place_equals_the_group_packed_with_factors_and_compression
                     postscale: 0.25,
                     fusion_bytes: 1 << 20,
                     pack_below: Some(pack_below),
-                    shapes: vec![smallvec![4], smallvec![6], smallvec![3]],
+                    shapes: smallvec![smallvec![4], smallvec![6], smallvec![3]],
                     thread: 0,
                     set: _core::runtime::process::WORLD,
                 };
@@ -589,7 +589,7 @@ fn broadcast_allgather_reduce_scatter_and_group_disagreements_are_mismatches() {
             postscale: 1.0,
             fusion_bytes: 1 << 20,
             pack_below: Some(0),
-            shapes: vec![smallvec![3], smallvec![second]],
+            shapes: smallvec![smallvec![3], smallvec![second]],
             thread: 0,
             set: _core::runtime::process::WORLD,
         };
@@ -934,7 +934,7 @@ fn joined_group(wire: DType, pack_below: usize) -> Group {
         postscale: 0.5,
         fusion_bytes: 24,
         pack_below: Some(pack_below),
-        shapes: vec![smallvec![3], smallvec![5], smallvec![2]],
+        shapes: smallvec![smallvec![3], smallvec![5], smallvec![2]],
         thread: 0,
         set: _core::runtime::process::WORLD,
     }

@@ -12,7 +12,7 @@ use super::errors::PyKind;
 use super::rows::XlaDType;
 use crate::error::{CoreError, Result};
 use crate::runtime::broadcast::Array;
-use crate::runtime::grouped_allreduce::{Dims, Group};
+use crate::runtime::grouped_allreduce::{Dims, Group, Shapes};
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{self, DType, ReduceOp};
 use api::{CallFrame, Error};
@@ -121,7 +121,7 @@ fn run_allreduce(frame: &Frame) -> Result<()> {
 /// Arrays of one dtype, fused as ringlet fuses gradients.
 fn run_tree_allreduce(frame: &Frame) -> Result<()> {
     let count = frame.arguments();
-    let mut shapes = Vec::with_capacity(count);
+    let mut shapes = Shapes::with_capacity(count);
     let mut results = Vec::with_capacity(count);
     let mut dtype = None;
     for index in 0..count {

@@ -25,9 +25,16 @@ pub struct Parts<'a> {
 
 impl<'a> Parts<'a> {
     pub fn new(parts: impl IntoIterator<Item = &'a mut [u8]>) -> Self {
-        let parts: SmallVec<[&'a mut [u8]; INLINE_PARTS]> = parts.into_iter().collect();
-        let starts = starts_of(parts.iter().map(|p| p.len()));
-        Parts { parts, starts }
+        // Built where it is returned, not collected and then moved: every call makes one.
+        let mut new = Parts {
+            parts: SmallVec::new(),
+            starts: smallvec![0],
+        };
+        for part in parts {
+            new.starts.push(new.len() + part.len());
+            new.parts.push(part);
+        }
+        new
     }
 
     /// One contiguous buffer.
