@@ -8,8 +8,8 @@ use super::errors::detached;
 use crate::runtime::broadcast::broadcast_async as queue_broadcast;
 use crate::runtime::buffer::Buffer;
 use crate::runtime::grouped_allreduce::{
-    self, allreduce_buffers, allreduce_group_async as queue_group, Buffers, Dims, Group, Shapes,
-    Targets,
+    self, allreduce_buffers, allreduce_group_async as queue_group, Buffers, Dims, Group, Inputs,
+    Shapes, Targets,
 };
 use crate::runtime::process::{self, SetId};
 use crate::runtime::{allgather, reduce_scatter, Completion, DType, Queued, ReduceOp};
@@ -227,8 +227,7 @@ pub fn allreduce_group_fast(
     // and comparing pointers saves a lookup per array.
     let mut known: Option<(*mut npyffi::PyArray_Descr, DType)> = None;
     let mut buffers = Buffers::with_capacity(arrays.len());
-    let mut inputs =
-        smallvec::SmallVec::with_capacity(if out.is_some() { arrays.len() } else { 0 });
+    let mut inputs = Inputs::with_capacity(if out.is_some() { arrays.len() } else { 0 });
     let mut shapes = Shapes::with_capacity(arrays.len());
     for (index, item) in arrays.iter().enumerate() {
         let Ok(array) = item.cast::<PyUntypedArray>() else {

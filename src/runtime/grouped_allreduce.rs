@@ -15,6 +15,7 @@
 
 use super::allreduce::{begin, choose_on, refine, settled, Chosen};
 use super::buffer::{check_apart, Buffer};
+pub use super::call::Dims;
 use super::call::{Call, Element, Kind, Shape};
 use super::communicator::Communicator;
 use super::process::{self, SetId};
@@ -76,14 +77,15 @@ fn fusion_threshold_variable() -> Option<std::result::Result<i64, String>> {
     Some(text.trim().parse().map_err(|_| text.into_owned()))
 }
 
-pub use super::call::Dims;
-
 /// A group's shapes, inline up to four arrays: the small groups, whose every allocation
 /// shows in their time, allocate nothing.
 pub type Shapes = SmallVec<[Dims; 4]>;
 
 /// A group's buffers, inline up to four, as [`Shapes`].
 pub type Buffers = SmallVec<[Buffer; 4]>;
+
+/// The input of each of a group's results, if it has one, inline up to four.
+pub type Inputs = SmallVec<[Option<Buffer>; 4]>;
 
 /// What to do with a group of arrays of one dtype.
 #[derive(Clone, Debug)]
@@ -176,7 +178,7 @@ pub fn allreduce_group(arrays: &mut [&mut [u8]], group: &Group) -> Result<()> {
 /// (empty, or one per result) gives one, reduced from that input, which is only read.
 pub struct Targets {
     pub results: Buffers,
-    pub inputs: SmallVec<[Option<Buffer>; 4]>,
+    pub inputs: Inputs,
 }
 
 impl Targets {
@@ -184,7 +186,7 @@ impl Targets {
     pub fn in_place(results: Buffers) -> Self {
         Targets {
             results,
-            inputs: SmallVec::new(),
+            inputs: Inputs::new(),
         }
     }
 

@@ -25,15 +25,11 @@ pub struct Parts<'a> {
 
 impl<'a> Parts<'a> {
     pub fn new(parts: impl IntoIterator<Item = &'a mut [u8]>) -> Self {
-        // Built where it is returned, not collected and then moved: every call makes one.
         let mut new = Parts {
             parts: SmallVec::new(),
             starts: smallvec![0],
         };
-        for part in parts {
-            new.starts.push(new.len() + part.len());
-            new.parts.push(part);
-        }
+        push_parts(&mut new.parts, &mut new.starts, parts);
         new
     }
 
@@ -188,9 +184,12 @@ pub struct Input<'a> {
 
 impl<'a> Input<'a> {
     pub fn new(parts: impl IntoIterator<Item = &'a [u8]>) -> Self {
-        let parts: SmallVec<[&'a [u8]; INLINE_PARTS]> = parts.into_iter().collect();
-        let starts = starts_of(parts.iter().map(|p| p.len()));
-        Input { parts, starts }
+        let mut new = Input {
+            parts: SmallVec::new(),
+            starts: smallvec![0],
+        };
+        push_parts(&mut new.parts, &mut new.starts, parts);
+        new
     }
 
     /// One contiguous buffer.
@@ -252,17 +251,18 @@ impl Parts<'_> {
     }
 }
 
-/// Where each part of these `lengths` begins in their concatenation; the last entry is the
-/// length.
-fn starts_of(lengths: impl ExactSizeIterator<Item = usize>) -> SmallVec<[usize; INLINE_PARTS + 1]> {
-    let mut starts = SmallVec::with_capacity(lengths.len() + 1);
-    let mut offset = 0;
-    starts.push(0);
-    for len in lengths {
-        offset += len;
-        starts.push(offset);
+/// Append `more` to `parts`, and where each ends in the concatenation to `starts` (which
+/// holds the concatenation's length as its last entry). Filled where the vector is built, not
+/// collected and then moved: every collective call builds one.
+fn push_parts<P: AsRef<[u8]>>(
+    parts: &mut SmallVec<[P; INLINE_PARTS]>,
+    starts: &mut SmallVec<[usize; INLINE_PARTS + 1]>,
+    more: impl IntoIterator<Item = P>,
+) {
+    for part in more {
+        starts.push(starts.last().copied().unwrap_or(0) + part.as_ref().len());
+        parts.push(part);
     }
-    starts
 }
 
 /// Copy bytes `range` of the concatenation of `parts` (beginning at `starts`) into `out`
